@@ -1,0 +1,290 @@
+"""Export stage: PyTorch model (profile factory) -> ONNX, verified against torch on onnxruntime CPU.
+
+torch is imported here only, at call time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+import tempfile
+import logging
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError, ProfileError, StageFailed
+from pipeline.fileio import atomic_path, sha256_file
+from pipeline.profiles import Profile
+from pipeline.samples import make_inputs
+from pipeline.verify import max_abs_diff, run_onnx
+
+Status = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    exporter: str
+    opset: int
+    nodes: int
+    max_abs_diff: float
+    checked_shapes: list[dict[str, list[int]]]
+
+
+def factory_fingerprint(profile: Profile) -> dict[str, Any]:
+    """What decides the exported file: the factory's source, its arguments, the export settings."""
+    module_name = profile.model.factory.split(":")[0]
+    spec = _find_spec(module_name, profile)
+    return {
+        "factory": profile.model.factory,
+        "factory_source": sha256_file(Path(spec.origin)) if spec and spec.origin else None,
+        "kwargs": profile.model.kwargs,
+        "seed": profile.model.seed,
+        "inputs": [s.model_dump() for s in profile.inputs],
+        "dims": {k: v.model_dump() for k, v in profile.dims.items()},
+        "export": profile.export.model_dump(),
+        "torch": _package_version("torch"),
+    }
+
+
+def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None) -> ExportResult:
+    """Export the profile's model to `output` (atomically) and check it against torch."""
+    import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
+    exporter = exporter or profile.export.exporter
+    status("building the PyTorch model")
+    module, example, dynamic_shapes = _build_model(profile)
+    input_names = [spec.name for spec in profile.inputs]
+    status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
+    with atomic_path(output) as tmp:
+        try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
+            with warnings.catch_warnings(), _stderr_to_file():
+                warnings.simplefilter("ignore")
+                if exporter == "dynamo":
+                    program = torch.onnx.export(
+                        module, example, dynamo=True, opset_version=profile.export.opset,
+                        input_names=input_names, dynamic_shapes=dynamic_shapes or _dynamo_shapes(profile),
+                        optimize=True, verbose=False,
+                    )
+                    program.save(str(tmp), external_data=False)
+                else:
+                    # torch always enables its ONNX log (it tests the function object, not its result),
+                    # which prints the whole IR to stdout on failure: send it to the captured stderr
+                    getattr(torch._C, "_jit_set_onnx_log_output_stream", lambda _: None)("stderr")
+                    torch.onnx.export(
+                        module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
+                        input_names=input_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
+                    )
+        except Exception as err:
+            raise _unsupported_operator(err, module, example, exporter, profile) from err
+        status("verifying against torch on onnxruntime (CPU)")
+        result = _verify(profile, module, tmp, exporter)
+    return result
+
+
+def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
+    """Call the factory: it returns a module, or (module, example_inputs[, dynamic_shapes])."""
+    import torch
+
+    module_name, function_name = profile.model.factory.split(":")
+    if _find_spec(module_name, profile) is None:
+        raise ProfileError(f"{profile.source}: model.factory: module {module_name!r} is not importable; install it or fix the name")
+    factory = getattr(importlib.import_module(module_name), function_name, None)
+    if not callable(factory):
+        raise ProfileError(f"{profile.source}: model.factory: {module_name} has no function {function_name!r}")
+    torch.manual_seed(profile.model.seed)
+    try:
+        made = factory(**profile.model.kwargs)
+    except TypeError as err:
+        raise ProfileError(f"{profile.source}: model.kwargs do not fit {profile.model.factory}: {err}") from err
+    module, example, dynamic_shapes = (made, None, None) if isinstance(made, torch.nn.Module) else (tuple(made) + (None, None))[:3]
+    if not isinstance(module, torch.nn.Module):
+        raise ProfileError(f"{profile.source}: {profile.model.factory} returned {type(module).__name__}, expected a torch.nn.Module")
+    if example is None:
+        example = tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=_export_sizes(profile)).values())
+    if len(example) != len(profile.inputs):
+        raise ProfileError(f"{profile.source}: {profile.model.factory} gives {len(example)} example inputs, the profile declares {len(profile.inputs)}")
+    return module.eval(), tuple(example), dynamic_shapes
+
+
+def _export_sizes(profile: Profile) -> dict[str, int]:
+    """Sizes to trace with: opt, but never 1 for a dynamic dim (torch.export would specialize it)."""
+    return {name: d.opt if d.min == d.max or d.opt > 1 else min(2, d.max) for name, d in profile.dims.items()}
+
+
+def _dynamo_shapes(profile: Profile) -> dict[str, dict[int, Any]] | None:
+    import torch
+
+    dims = {name: torch.export.Dim(name, min=d.min, max=d.max) for name, d in profile.dims.items() if d.min != d.max}
+    shapes = {
+        spec.name: {axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str) and size in dims}
+        for spec in profile.inputs
+    }
+    return shapes if any(shapes.values()) else None
+
+
+def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
+    dynamic = {name for name, d in profile.dims.items() if d.min != d.max}
+    axes = {spec.name: {i: s for i, s in enumerate(spec.shape) if s in dynamic} for spec in profile.inputs}
+    return {name: a for name, a in axes.items() if a}
+
+
+def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> ExportResult:
+    """Compare torch and onnxruntime on random valid inputs at opt shapes (and min shapes if dynamic)."""
+    import onnx
+    import torch
+
+    size_sets = [{name: d.opt for name, d in profile.dims.items()}]
+    if profile.dynamic:
+        size_sets.append({name: d.min for name, d in profile.dims.items()})
+    worst, checked = 0.0, []
+    for i, sizes in enumerate(size_sets):
+        feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
+        with torch.no_grad():
+            expected = module(*(torch.from_numpy(a) for a in feeds.values()))
+        expected_list = [t.numpy() for t in (expected if isinstance(expected, (tuple, list)) else [expected])]
+        actual = run_onnx(onnx_path, feeds)
+        try:
+            diff = max_abs_diff(expected_list, actual)
+        except ValueError as err:
+            raise StageFailed(f"export: onnxruntime and torch disagree on the outputs' layout ({err}) for input shapes {_shapes(feeds)}") from err
+        worst = max(worst, diff)
+        checked.append(_shapes(feeds))
+        if not np.isfinite(diff) or diff > profile.export.tolerance:
+            raise StageFailed(
+                f"export: onnxruntime differs from torch by max_abs_diff={diff:.3g} > tolerance {profile.export.tolerance:g} "
+                f"({exporter} exporter, opset {profile.export.opset}, input shapes {_shapes(feeds)}); "
+                "try the other exporter (--exporter) or another opset"
+            )
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked)
+
+
+def _shapes(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:
+    return {name: list(a.shape) for name, a in feeds.items()}
+
+
+_OP_PATTERNS = (
+    re.compile(r"No ONNX function found for <OpOverload\(op='(?P<op>[\w.]+)'"),
+    re.compile(r"operator '(?P<op>[\w:.]+)' to ONNX opset"),
+    re.compile(r"target=torch\.ops\.(?P<op>[\w.]+?)(?:\.default)?\]"),
+)
+
+
+def _unsupported_operator(err: Exception, module: Any, example: tuple, exporter: str, profile: Profile) -> Exception:
+    """Turn an exporter failure into one line naming the operator and the module that calls it."""
+    text = "\n".join(str(e) for e in _chain(err))
+    for pattern in _OP_PATTERNS:
+        if match := pattern.search(text):
+            op = match["op"].replace("::", ".")
+            where = locate_operator(module, example, op)
+            place = f"called in module '{where[0]}' ({where[1]})" if where else "its calling module could not be found"
+            return InputError(
+                f"export: operator {op} has no ONNX translation in the {exporter} exporter at opset {profile.export.opset}; "
+                f"{place}; replace it in the model or try the other exporter (--exporter), no fallback is attempted"
+            )
+    first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    return InputError(f"export: the {exporter} exporter failed: {_strip_ansi(first)}; rerun with --debug for the trace")
+
+
+def locate_operator(module: Any, example: tuple, op: str) -> tuple[str, str] | None:
+    """Run the model once and return (qualified name, class) of the innermost module calling `op`."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    wanted = op.split(".")[-1] if op.count(".") == 1 else op.split(".")[1]
+    stack: list[tuple[str, str]] = [("<root>", type(module).__qualname__)]
+    found: list[tuple[str, str]] = []
+
+    class _Spy(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not found and func.overloadpacket.__name__ == wanted:
+                found.append(stack[-1])
+            return func(*args, **(kwargs or {}))
+
+    def enter(name: str):
+        def hook(sub, args) -> None:
+            stack.append((name, type(sub).__qualname__))
+
+        return hook
+
+    def leave(sub, args, output) -> None:
+        stack.pop()
+
+    handles = []
+    for name, sub in module.named_modules():
+        if name:
+            handles += [sub.register_forward_pre_hook(enter(name)), sub.register_forward_hook(leave)]
+    try:
+        with torch.no_grad(), _Spy():
+            module(*example)
+    except Exception:
+        return found[0] if found else None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found[0] if found else None
+
+
+@contextlib.contextmanager
+def _stderr_to_file():
+    """Send file descriptor 2 (where torch's C++ code writes) to a temporary file for the block."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _chain(err: BaseException):
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def _strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _find_spec(module_name: str, profile: Profile):
+    try:
+        return importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as err:
+        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {err}") from err
+
+
+def _package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def check_onnx_file(path: Path) -> int:
+    """Validate a user's ONNX file cheaply; return its node count."""
+    import onnx
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such ONNX file; pass an existing .onnx path")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # protobuf raises DecodeError and others
+        raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__}); export it again or pass another file") from err
+    if not model.graph.node:
+        raise InputError(f"{path}: the ONNX graph has no nodes")
+    return len(model.graph.node)

@@ -1,0 +1,1 @@
+"""Embedded default models (random weights from a fixed seed; nothing downloaded)."""

@@ -1,0 +1,212 @@
+"""Build profiles: TOML files validated with pydantic.
+
+A profile names the model (a `factory` or an `onnx` file), its inputs (dtype, shape with
+named dynamic dims, how to fill valid random values), the named dims' min/opt/max, and the
+settings of each stage. `load_profile("bert-tiny")` finds `profiles/bert-tiny.toml`;
+`load_profile("my.toml")` loads a user's file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pipeline.errors import ProfileError
+
+REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+DEFAULT_PROFILE = "bert-tiny"
+
+Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DimRange(_Section):
+    """A dynamic dimension: the range the engine accepts and the size it is tuned for."""
+
+    min: int = Field(ge=1)
+    opt: int = Field(ge=1)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DimRange:
+        if not self.min <= self.opt <= self.max:
+            raise ValueError(f"needs min <= opt <= max, got {self.min}, {self.opt}, {self.max}")
+        return self
+
+
+class InputSpec(_Section):
+    """One model input. `shape` holds sizes or names of dims declared under [dims]."""
+
+    name: str = Field(min_length=1)
+    dtype: Dtype
+    shape: list[int | str] = Field(min_length=1)
+    fill: Literal["random", "positions", "mask"] = "random"
+    range: tuple[float, float] | None = Field(
+        default=None, description="[low, high): integers drawn from it for ids, floats uniform"
+    )
+
+    @field_validator("shape")
+    @classmethod
+    def _sizes_positive(cls, shape: list[int | str]) -> list[int | str]:
+        for size in shape:
+            if isinstance(size, int) and size < 1:
+                raise ValueError(f"sizes must be >= 1 or a dim name, got {size}")
+        return shape
+
+    @model_validator(mode="after")
+    def _fill_fits_dtype(self) -> InputSpec:
+        if self.range is not None and not self.range[0] < self.range[1]:
+            raise ValueError(f"range needs low < high, got {list(self.range)}")
+        if self.fill == "mask" and self.dtype != "bool":
+            raise ValueError(f"fill 'mask' needs dtype bool, got {self.dtype}")
+        if self.fill == "positions" and self.dtype not in ("int32", "int64"):
+            raise ValueError(f"fill 'positions' needs an integer dtype, got {self.dtype}")
+        if self.fill == "random" and self.dtype in ("int32", "int64") and self.range is None:
+            raise ValueError("integer inputs filled at random need range = [low, high) (e.g. the vocabulary)")
+        return self
+
+
+class ModelSection(_Section):
+    """Where the model comes from: a PyTorch factory or an ONNX file (exactly one)."""
+
+    factory: str | None = Field(default=None, description="'package.module:function'")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    seed: int = 0
+    onnx: Path | None = None
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_form(cls, factory: str | None) -> str | None:
+        if factory is not None and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", factory):
+            raise ValueError(f"must look like 'package.module:function', got {factory!r}")
+        return factory
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSection:
+        if (self.factory is None) == (self.onnx is None):
+            raise ValueError("set exactly one of factory = 'package.module:function' or onnx = 'path.onnx'")
+        return self
+
+
+class ExportSection(_Section):
+    exporter: Literal["dynamo", "torchscript"] = "dynamo"
+    opset: int = Field(default=20, ge=17, le=22)
+    tolerance: float = Field(default=1e-4, gt=0, description="max |torch - onnxruntime| allowed")
+
+
+class OptimizeSection(_Section):
+    """Settings of the optimize stage (filled by that stage's issue)."""
+
+
+class QuantSection(_Section):
+    """Settings of the fp16/int8 stages (filled by that stage's issue)."""
+
+
+class BuildSection(_Section):
+    """Settings of the TensorRT build stage (filled by that stage's issue)."""
+
+
+class Profile(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    model: ModelSection
+    inputs: list[InputSpec] = Field(min_length=1)
+    dims: dict[str, DimRange] = Field(default_factory=dict)
+    export: ExportSection = ExportSection()
+    optimize: OptimizeSection = OptimizeSection()
+    quant: QuantSection = QuantSection()
+    build: BuildSection = BuildSection()
+    source: Path | None = Field(default=None, exclude=True, description="the TOML file it came from")
+
+    @model_validator(mode="after")
+    def _dims_declared(self) -> Profile:
+        names = [spec.name for spec in self.inputs]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"input names must be unique, repeated: {', '.join(duplicates)}")
+        used = {size for spec in self.inputs for size in spec.shape if isinstance(size, str)}
+        undeclared = sorted(used - self.dims.keys())
+        if undeclared:
+            raise ValueError(f"dims {undeclared} are used in input shapes but not declared: add [dims.{undeclared[0]}] with min, opt, max")
+        unused = sorted(self.dims.keys() - used)
+        if unused:
+            raise ValueError(f"dims {unused} are declared but no input shape uses them")
+        return self
+
+    def shape(self, spec: InputSpec, which: Literal["min", "opt", "max"] = "opt") -> tuple[int, ...]:
+        """The concrete shape of an input with each named dim at its min, opt or max."""
+        return tuple(size if isinstance(size, int) else getattr(self.dims[size], which) for size in spec.shape)
+
+    @property
+    def dynamic(self) -> bool:
+        return any(d.min != d.max for d in self.dims.values())
+
+    def onnx_path(self) -> Path | None:
+        """The profile's ONNX file, relative paths taken from the profile's folder."""
+        if self.model.onnx is None:
+            return None
+        base = self.source.parent if self.source else Path.cwd()
+        return (base / self.model.onnx).resolve()
+
+
+def available_profiles() -> list[str]:
+    return sorted({p.stem for d in _search_dirs() for p in d.glob("*.toml")})
+
+
+def _search_dirs() -> list[Path]:
+    dirs = [Path.cwd() / "profiles", REPO_PROFILES]
+    return [d for i, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:i]]]
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """`NAME` -> profiles/NAME.toml (cwd first, then the repository's); a path ending in .toml as given."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ProfileError(f"profile file {path} does not exist; pass a .toml path or a name from: {', '.join(available_profiles())}")
+        return path
+    for directory in _search_dirs():
+        candidate = directory / f"{name_or_path}.toml"
+        if candidate.is_file():
+            return candidate
+    raise ProfileError(
+        f"profile {name_or_path!r} not found in {', '.join(str(d) for d in _search_dirs()) or 'profiles/'}; "
+        f"available: {', '.join(available_profiles()) or 'none'}"
+    )
+
+
+def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
+    path = resolve_profile_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ProfileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the profile as UTF-8 TOML") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ProfileError(f"{path}: invalid TOML: {err}") from err
+    try:
+        return Profile.model_validate({**data, "source": path})
+    except ValidationError as err:
+        raise ProfileError(f"{path}: {_describe(err)}") from err
+
+
+def _describe(err: ValidationError) -> str:
+    """One line: the first problem's key and message, and how many more there are."""
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown key; check its spelling against profiles/bert-tiny.toml"
+    elif first["type"] == "missing":
+        message = "required key is missing"
+    text = f"{key or 'profile'}: {message}" if key else message
+    if len(errors) > 1:
+        text += f" (+{len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
+    return text

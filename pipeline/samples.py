@@ -1,0 +1,53 @@
+"""Random but valid model inputs generated from a profile (ids in range, masks, positions)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from pipeline.profiles import InputSpec, Profile
+
+
+def make_inputs(
+    profile: Profile,
+    seed: int,
+    which: Literal["min", "opt", "max"] = "opt",
+    dims: dict[str, int] | None = None,
+) -> dict[str, np.ndarray]:
+    """One feed dict; named dims take `dims[name]` if given, else their min/opt/max."""
+    rng = np.random.default_rng(seed)
+    sizes = {name: (dims or {}).get(name, getattr(d, which)) for name, d in profile.dims.items()}
+    feeds: dict[str, np.ndarray] = {}
+    mask_lengths: np.ndarray | None = None
+    for spec in profile.inputs:
+        shape = tuple(s if isinstance(s, int) else sizes[s] for s in spec.shape)
+        if spec.fill == "mask":
+            if mask_lengths is None or mask_lengths.shape != shape[:-1]:
+                mask_lengths = _valid_lengths(rng, shape)
+            feeds[spec.name] = np.arange(shape[-1]) < mask_lengths[..., None]
+        else:
+            feeds[spec.name] = _fill(rng, spec, shape)
+    return feeds
+
+
+def _valid_lengths(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Real-token counts per row: at least half the sequence, the first row full."""
+    seq = shape[-1]
+    lengths = rng.integers(max(1, seq // 2), seq + 1, size=shape[:-1])
+    lengths.reshape(-1)[:1] = seq
+    return lengths
+
+
+def _fill(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]) -> np.ndarray:
+    dtype = np.dtype(spec.dtype)
+    if spec.fill == "positions":
+        return np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        low, high = spec.range  # validated: random integer inputs have a range
+        return rng.integers(int(low), int(high), size=shape, dtype=dtype)
+    if spec.range is not None:
+        return rng.uniform(spec.range[0], spec.range[1], size=shape).astype(dtype)
+    return rng.standard_normal(size=shape).astype(dtype)
