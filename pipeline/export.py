@@ -105,9 +105,14 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
         made = factory(**profile.model.kwargs)
     except TypeError as err:
         raise ProfileError(f"{profile.source}: model.kwargs do not fit {profile.model.factory}: {err}") from err
-    module, example, dynamic_shapes = (made, None, None) if isinstance(made, torch.nn.Module) else (tuple(made) + (None, None))[:3]
-    if not isinstance(module, torch.nn.Module):
-        raise ProfileError(f"{profile.source}: {profile.model.factory} returned {type(module).__name__}, expected a torch.nn.Module")
+    if isinstance(made, torch.nn.Module):
+        made = (made,)
+    if not (isinstance(made, (tuple, list)) and 1 <= len(made) <= 3 and isinstance(made[0], torch.nn.Module)):
+        raise ProfileError(
+            f"{profile.source}: {profile.model.factory} returned {type(made).__name__}, "
+            "expected a torch.nn.Module or (module, example_inputs[, dynamic_shapes])"
+        )
+    module, example, dynamic_shapes = (*made, None, None)[:3]
     if example is None:
         example = tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=_export_sizes(profile)).values())
     if len(example) != len(profile.inputs):
@@ -120,15 +125,16 @@ def _export_sizes(profile: Profile) -> dict[str, int]:
     return {name: d.opt if d.min == d.max or d.opt > 1 else min(2, d.max) for name, d in profile.dims.items()}
 
 
-def _dynamo_shapes(profile: Profile) -> dict[str, dict[int, Any]] | None:
+def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
+    """Per input, in order (the forward's argument names need not match the profile's input names)."""
     import torch
 
     dims = {name: torch.export.Dim(name, min=d.min, max=d.max) for name, d in profile.dims.items() if d.min != d.max}
-    shapes = {
-        spec.name: {axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str) and size in dims}
+    shapes = tuple(
+        {axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str) and size in dims}
         for spec in profile.inputs
-    }
-    return shapes if any(shapes.values()) else None
+    )
+    return shapes if any(shapes) else None
 
 
 def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
@@ -191,8 +197,7 @@ def _unsupported_operator(err: Exception, module: Any, example: tuple, exporter:
                 f"export: operator {op} has no ONNX translation in the {exporter} exporter at opset {profile.export.opset}; "
                 f"{place}; replace it in the model or try the other exporter (--exporter), no fallback is attempted"
             )
-    first = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
-    return InputError(f"export: the {exporter} exporter failed: {_strip_ansi(first)}; rerun with --debug for the trace")
+    return InputError(f"export: the {exporter} exporter failed: {_summary(text) or type(err).__name__}; rerun with --debug for the trace")
 
 
 def locate_operator(module: Any, example: tuple, op: str) -> tuple[str, str] | None:
@@ -255,8 +260,11 @@ def _chain(err: BaseException):
         err = err.__cause__ or err.__context__
 
 
-def _strip_ansi(text: str) -> str:
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+def _summary(text: str) -> str:
+    """The root cause line of an exporter error ("<class 'X'>: message" in its summary), else its first line."""
+    causes = re.findall(r"^<class '[\w.]+'>: (.+)$", text, flags=re.MULTILINE)
+    lines = [line for line in text.splitlines() if line.strip()]
+    return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")
 
 
 def _find_spec(module_name: str, profile: Profile):

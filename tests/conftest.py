@@ -1,0 +1,66 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+def fixtures_dir() -> Path:
+    """Real TensorRT outputs: $TRT_PIPELINE_FIXTURES, else ../shared/fixtures/trt beside the repo."""
+    return Path(os.environ.get("TRT_PIPELINE_FIXTURES", REPO.parent / "shared" / "fixtures" / "trt"))
+
+
+@pytest.fixture(scope="session")
+def trt_fixtures() -> Path:
+    path = fixtures_dir()
+    if not path.is_dir():
+        message = f"real TensorRT fixtures not found at {path} (set TRT_PIPELINE_FIXTURES)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `python -m pipeline ARGS` as a user would; tests' factories are importable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="session")
+def bert_tiny_torchscript(tmp_path_factory) -> Path:
+    """bert-tiny exported once per session by the TorchScript exporter (node names as in the log)."""
+    from pipeline.export import export_model
+    from pipeline.profiles import load_profile
+
+    path = tmp_path_factory.mktemp("bert_tiny_ts") / "model.onnx"
+    export_model(load_profile("bert-tiny"), path, exporter="torchscript")
+    return path
+
+
+def write_profile(directory: Path, text: str, name: str = "p.toml") -> Path:
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+TINY_MLP_PROFILE = """
+name = "tiny-mlp"
+[model]
+factory = "factories:tiny_mlp"
+seed = 3
+[dims.batch]
+min = 1
+opt = 4
+max = 16
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["batch", 8]
+"""

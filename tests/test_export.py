@@ -1,0 +1,87 @@
+"""Export stage on real models: both exporters, numerics vs torch, node names vs the real TensorRT log."""
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import TINY_MLP_PROFILE, write_profile
+from pipeline.errors import InputError, ProfileError, StageFailed
+from pipeline.export import export_model
+from pipeline.profiles import load_profile
+from pipeline.samples import make_inputs
+from pipeline.verify import run_onnx
+
+
+def log_node_names(log_path) -> set[str]:
+    """Distinct `[ONNX Layer: name]` entries of a TensorRT builder log (the model's specification)."""
+    return set(re.findall(r"\[ONNX Layer: ([^\]]+)\]", log_path.read_text()))
+
+
+def test_torchscript_export_names_nodes_as_the_real_tensorrt_log(bert_tiny_torchscript, trt_fixtures):
+    wanted = log_node_names(trt_fixtures / "bert-fp16-trt10.10.detailed.log")
+    assert len(wanted) == 334
+    names = {node.name for node in onnx.load(str(bert_tiny_torchscript), load_external_data=False).graph.node}
+    found = wanted & names
+    assert len(found) / len(wanted) >= 0.95, sorted(wanted - names)[:20]
+
+
+def test_bert_tiny_both_exporters_match_torch(bert_tiny_torchscript, tmp_path):
+    profile = load_profile("bert-tiny")
+    result = export_model(profile, tmp_path / "dynamo.onnx", exporter="dynamo")
+    assert result.exporter == "dynamo" and result.max_abs_diff <= 1e-4
+    model = onnx.load(str(tmp_path / "dynamo.onnx"), load_external_data=False)
+    assert [i.name for i in model.graph.input] == ["concat_ids", "sent_ids", "pos_ids", "concat_mask"]
+    assert model.graph.input[3].type.tensor_type.elem_type == onnx.TensorProto.BOOL
+    # both exports compute the same score on the same valid inputs
+    feeds = make_inputs(profile, seed=7)
+    (a,) = run_onnx(tmp_path / "dynamo.onnx", feeds)
+    (b,) = run_onnx(bert_tiny_torchscript, feeds)
+    assert a.shape == (1,) and np.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_dynamic_dims_are_exported_and_checked_at_two_shapes(tmp_path, exporter):
+    profile = load_profile(str(write_profile(tmp_path, TINY_MLP_PROFILE)))
+    result = export_model(profile, tmp_path / "m.onnx", exporter=exporter)
+    assert [s["x"] for s in result.checked_shapes] == [[4, 8], [1, 8]]
+    (out,) = run_onnx(tmp_path / "m.onnx", {"x": np.ones((11, 8), np.float32)})
+    assert out.shape == (11, 4)
+
+
+def test_factory_may_return_its_own_example_inputs(tmp_path):
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:tiny_mlp_with_examples")
+    result = export_model(load_profile(str(write_profile(tmp_path, text))), tmp_path / "m.onnx")
+    assert result.max_abs_diff <= 1e-4
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_unsupported_operator_names_op_and_module(tmp_path, exporter):
+    text = '[model]\nfactory = "factories:polygamma_model"\n[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [2, 8]\n'
+    profile = load_profile(str(write_profile(tmp_path, 'name = "poly"\n' + text)))
+    with pytest.raises(InputError) as info:
+        export_model(profile, tmp_path / "m.onnx", exporter=exporter)
+    message = str(info.value)
+    assert "aten.polygamma" in message and "module '1.1' (_Special)" in message and exporter in message
+    assert not (tmp_path / "m.onnx").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["p.toml"], "no temporary file may be left behind"
+
+
+def test_tolerance_failure_reports_the_numbers(tmp_path):
+    """The dynamo export of GELU differs from torch by ~1e-7: a 1e-12 tolerance must fail, with figures."""
+    profile = load_profile(str(write_profile(tmp_path, TINY_MLP_PROFILE + "[export]\ntolerance = 1e-12\n")))
+    with pytest.raises(StageFailed, match=r"max_abs_diff=\S+ > tolerance 1e-12 \(dynamo exporter, opset 20, input shapes"):
+        export_model(profile, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("factory", "expected"),
+    [("no_such_module:f", "module 'no_such_module' is not importable"), ("factories:missing", "has no function 'missing'"),
+     ("factories:not_a_module", "returned int, expected a torch.nn.Module or")],
+)
+def test_bad_factory(tmp_path, factory, expected):
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", factory)
+    with pytest.raises(ProfileError, match=expected):
+        export_model(load_profile(str(write_profile(tmp_path, text))), tmp_path / "m.onnx")

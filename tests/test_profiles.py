@@ -1,0 +1,82 @@
+"""Profile loading and validation: good profiles load; each bad one is one line naming file and key."""
+
+import pytest
+
+from conftest import REPO, run_cli, write_profile
+from pipeline.errors import ProfileError
+from pipeline.profiles import available_profiles, load_profile
+
+VALID_INPUT = '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [1, 8]\n'
+FACTORY = '[model]\nfactory = "factories:tiny_mlp"\n'
+
+
+def test_shipped_profiles_load():
+    tiny = load_profile("bert-tiny")
+    assert [i.name for i in tiny.inputs] == ["concat_ids", "sent_ids", "pos_ids", "concat_mask"]
+    assert all(tiny.shape(i) == (1, 40) for i in tiny.inputs) and not tiny.dynamic
+    base = load_profile("bert-base")
+    assert base.dynamic and base.shape(base.inputs[0], "max") == (32, 512)
+    assert base.model.kwargs["hidden"] == 768 and base.model.kwargs["heads"] == 12
+    assert {"bert-tiny", "bert-base"} <= set(available_profiles())
+
+
+def test_profile_by_path(tmp_path):
+    path = write_profile(tmp_path, 'name = "mine"\n' + FACTORY + VALID_INPUT)
+    profile = load_profile(str(path))
+    assert profile.name == "mine" and profile.source == path
+    assert profile.export.exporter == "dynamo" and profile.export.tolerance == 1e-4
+
+
+def test_onnx_path_is_relative_to_profile(tmp_path):
+    path = write_profile(tmp_path, 'name = "o"\n[model]\nonnx = "sub/m.onnx"\n' + VALID_INPUT)
+    assert load_profile(str(path)).onnx_path() == (tmp_path / "sub" / "m.onnx").resolve()
+
+
+BAD_PROFILES = {
+    "toml syntax": ('name = "x"\n[model\n', "invalid TOML"),
+    "unknown top-level key": ('name = "x"\nnmae = "y"\n' + FACTORY + VALID_INPUT, "nmae: unknown key"),
+    "missing model": ('name = "x"\n' + VALID_INPUT, "model: required key is missing"),
+    "both factory and onnx": ('name = "x"\n[model]\nfactory = "a.b:c"\nonnx = "m.onnx"\n' + VALID_INPUT, "exactly one of factory"),
+    "factory form": ('name = "x"\n[model]\nfactory = "a.b.c"\n' + VALID_INPUT, "model.factory: must look like 'package.module:function'"),
+    "bad dtype": ('name = "x"\n' + FACTORY + '[[inputs]]\nname = "x"\ndtype = "int8"\nshape = [1]\n', "inputs[0].dtype"),
+    "zero size": ('name = "x"\n' + FACTORY + '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [0, 8]\n', "inputs[0].shape"),
+    "undeclared dim": ('name = "x"\n' + FACTORY + '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = ["batch", 8]\n', "add [dims.batch]"),
+    "unused dim": ('name = "x"\n' + FACTORY + VALID_INPUT + "[dims.seq]\nmin = 1\nopt = 2\nmax = 3\n", "declared but no input shape uses them"),
+    "min > max": ('name = "x"\n' + FACTORY + '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = ["b"]\n[dims.b]\nmin = 8\nopt = 4\nmax = 2\n', "dims.b: needs min <= opt <= max"),
+    "ids without range": ('name = "x"\n' + FACTORY + '[[inputs]]\nname = "ids"\ndtype = "int32"\nshape = [1, 4]\n', "need range = [low, high)"),
+    "mask not bool": ('name = "x"\n' + FACTORY + '[[inputs]]\nname = "m"\ndtype = "int32"\nshape = [1, 4]\nfill = "mask"\n', "fill 'mask' needs dtype bool"),
+    "duplicate inputs": ('name = "x"\n' + FACTORY + VALID_INPUT + VALID_INPUT, "input names must be unique, repeated: x"),
+    "no inputs": ('name = "x"\ninputs = []\n' + FACTORY, "inputs: List should have at least 1 item"),
+    "bad exporter": ('name = "x"\n' + FACTORY + VALID_INPUT + '[export]\nexporter = "jit"\n', "export.exporter"),
+    "opset too old": ('name = "x"\n' + FACTORY + VALID_INPUT + "[export]\nopset = 11\n", "export.opset"),
+    "typo in a stage section": ('name = "x"\n' + FACTORY + VALID_INPUT + "[quant]\nsampels = 4\n", "quant.sampels: unknown key"),
+    "not utf-8": (b'name = "\xff"\n', "not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROFILES))
+def test_bad_profile_names_file_and_key(tmp_path, case):
+    text, expected = BAD_PROFILES[case]
+    path = tmp_path / "bad.toml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ProfileError) as info:
+        load_profile(str(path))
+    message = str(info.value)
+    assert message.startswith(str(path)), message
+    assert expected in message, message
+    assert "\n" not in message
+
+
+def test_missing_profile_lists_the_available_ones():
+    with pytest.raises(ProfileError, match="available: .*bert-tiny"):
+        load_profile("no-such-profile")
+
+
+def test_cli_bad_profile_is_one_line_exit_2(tmp_path):
+    path = write_profile(tmp_path, 'name = "x"\n' + FACTORY + '[[inputs]]\nname = "x"\ndtype = "int8"\nshape = [1]\n')
+    result = run_cli("build", "--profile", str(path), "--out", str(tmp_path / "out"), cwd=REPO)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path}: inputs[0].dtype"), result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists(), "nothing may be written for a bad profile"
