@@ -134,6 +134,87 @@ def export(
     )
 
 
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    md = "md"
+    html = "html"
+
+
+class LayerInfoFormat(str, Enum):
+    auto = "auto"
+    json = "json"
+    log = "log"
+
+
+FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
+OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")]
+DepthOption = Annotated[int, typer.Option(min=1, max=12, help="Module scope depth of the rollup (2: encoder/layers.N).")]
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from pipeline.fileio import write_text
+
+    write_text(output, text)
+    console.print(f"wrote {output}", highlight=False)
+
+
+@app.command(
+    help=(
+        "Which ONNX nodes fused into which engine layers (Myelin kernels in particular), rolled up to torch "
+        "modules, from any TensorRT layer information: inspector / trtexec --exportLayerInfo JSON (8.x, 10.x, "
+        "11.x; detailed or layer names only) or a verbose builder log. Needs no TensorRT.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline report fp16.layers.json --onnx model.onnx\n\n"
+        "  python -m pipeline report build.log --timing fp16.profile.json --format html -o report.html"
+    )
+)
+def report(
+    layer_info: Annotated[Path, typer.Argument(help="Layer information file (JSON or builder log).")],
+    onnx: Annotated[Optional[Path], typer.Option(help="The ONNX file the engine was built from: resolves names, module rollup.")] = None,
+    timing: Annotated[Optional[Path], typer.Option(help="Per-layer times: trtexec --exportProfile JSON.")] = None,
+    fmt: FormatOption = OutputFormat.text,
+    output: OutputOption = None,
+    input_format: Annotated[LayerInfoFormat, typer.Option(help="Force the input format instead of detecting it.")] = LayerInfoFormat.auto,
+    depth: DepthOption = 2,
+) -> None:
+    from trt.render import render
+    from trt.report import report_from_files
+
+    data = report_from_files(layer_info, onnx, timing, input_format.value, depth)
+    _emit(render(data, fmt.value, "report"), output)
+
+
+@app.command(
+    help=(
+        "Compare two engines of one model (typically FP16 vs INT8): fused groups of A that B splits, the Q/DQ "
+        "nodes at each cut, per-module layer and time deltas, totals.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline diff fp16.layers.json int8.layers.json --onnx-a model.fp16.onnx --onnx-b model.int8.onnx\n\n"
+        "  python -m pipeline diff a.json b.json --timing-a a.profile.json --timing-b b.profile.json -f md -o diff.md"
+    )
+)
+def diff(
+    a: Annotated[Path, typer.Argument(help="Layer information of engine A (the reference, e.g. FP16).")],
+    b: Annotated[Path, typer.Argument(help="Layer information of engine B (e.g. INT8).")],
+    onnx_a: Annotated[Optional[Path], typer.Option(help="ONNX file engine A was built from.")] = None,
+    onnx_b: Annotated[Optional[Path], typer.Option(help="ONNX file engine B was built from (finds the Q/DQ at each cut).")] = None,
+    timing_a: Annotated[Optional[Path], typer.Option(help="trtexec --exportProfile JSON of A.")] = None,
+    timing_b: Annotated[Optional[Path], typer.Option(help="trtexec --exportProfile JSON of B.")] = None,
+    fmt: FormatOption = OutputFormat.text,
+    output: OutputOption = None,
+    depth: DepthOption = 2,
+) -> None:
+    from trt.diff import diff_from_files
+    from trt.render import render
+
+    data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth)
+    _emit(render(data, fmt.value, "diff"), output)
+
+
 def main() -> None:
     """Entry point: one line and the error's exit code for a PipelineError, unless --debug.
 
