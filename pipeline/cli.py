@@ -14,9 +14,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from pipeline import __version__
+from pipeline import DEFAULT_PROFILE, __version__
 from pipeline.errors import PipelineError
-from pipeline.profiles import DEFAULT_PROFILE
 
 app = typer.Typer(
     name="pipeline",

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline import DEFAULT_PROFILE
 from pipeline.errors import ProfileError
 
 REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
-DEFAULT_PROFILE = "bert-tiny"
 
 Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
 
