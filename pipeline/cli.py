@@ -49,6 +49,7 @@ class Exporter(str, Enum):
 
 class StageName(str, Enum):
     export = "export"
+    optimize = "optimize"
 
 
 ProfileOption = Annotated[
@@ -131,6 +132,45 @@ def export(
         f"max_abs_diff vs torch {result.max_abs_diff:.2e}",
         highlight=False,
     )
+
+
+@app.command(
+    help=(
+        "Rewrite an ONNX graph into the form TensorRT fuses best, with standard ONNX ops only: constant and "
+        "shape folding, no-op removal, LayerNorm and GELU fusion (opset >= 17 / 20), attention scale before the "
+        "first MatMul. Outputs stay numerically equal (the build stage checks it on onnxruntime).\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline optimize model.onnx -o model.opt.onnx --stats\n\n"
+        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul"
+    )
+)
+def optimize(
+    source: Annotated[Path, typer.Argument(help="ONNX file to optimize.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Optimized ONNX file to write.")],
+    rules: Annotated[Optional[str], typer.Option(help="Only these rules, comma-separated.")] = None,
+    skip_rules: Annotated[Optional[str], typer.Option(help="Rules not to apply, comma-separated.")] = None,
+    stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
+) -> None:
+    from pipeline.optimize import optimize_file
+
+    def names(text: Optional[str]) -> Optional[list[str]]:
+        return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+    with console.status(f"optimizing {source}"):
+        result = optimize_file(source, output, names(rules), names(skip_rules))
+    out = stdout_console()
+    delta = ", ".join(f"{op} {d:+d}" for op, d in result.op_delta.items()) or "no change"
+    out.print(f"wrote {output}: {result.nodes_before} -> {result.nodes_after} nodes ({delta})", highlight=False)
+    if stats:
+        from rich.table import Table
+
+        table = Table(title="rewrite rules", title_justify="left")
+        for column in ("rule", "priority", "tried", "applied", "nodes +", "nodes -", "ms", "why not (top)"):
+            table.add_column(column, justify="right" if column in ("tried", "applied", "nodes +", "nodes -", "ms") else "left")
+        for r in result.rules:
+            why = "; ".join(f"{reason} ({count})" for reason, count in r["why_not"].items())
+            table.add_row(r["rule"], r["priority"], str(r["tried"]), str(r["applied"]), str(r["nodes_added"]), str(r["nodes_removed"]), f"{r['seconds'] * 1000:.1f}", why)
+        out.print(table)
 
 
 class OutputFormat(str, Enum):

@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.errors import InputError, ProfileError, StageFailed
 from pipeline.fileio import atomic_path, sha256_file
 from pipeline.profiles import Profile
-from pipeline.samples import make_inputs
+from pipeline.samples import check_sizes, make_inputs
 from pipeline.verify import max_abs_diff, run_onnx
 
 Status = Callable[[str], None]
@@ -50,6 +50,7 @@ def factory_fingerprint(profile: Profile) -> dict[str, Any]:
         "inputs": [s.model_dump() for s in profile.inputs],
         "dims": {k: v.model_dump() for k, v in profile.dims.items()},
         "export": profile.export.model_dump(),
+        "exporter_code": sha256_file(Path(__file__)),
         "torch": _package_version("torch"),
     }
 
@@ -72,7 +73,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                     program = torch.onnx.export(
                         module, example, dynamo=True, opset_version=profile.export.opset,
                         input_names=input_names, dynamic_shapes=dynamic_shapes or _dynamo_shapes(profile),
-                        optimize=True, verbose=False,
+                        optimize=False, verbose=False,  # our optimize stage does this, exactly (see issue 3)
                     )
                     program.save(str(tmp), external_data=False)
                 else:
@@ -144,15 +145,12 @@ def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
 
 
 def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> ExportResult:
-    """Compare torch and onnxruntime on random valid inputs at opt shapes (and min shapes if dynamic)."""
+    """Compare torch and onnxruntime on random valid inputs at the profile's check sizes."""
     import onnx
     import torch
 
-    size_sets = [{name: d.opt for name, d in profile.dims.items()}]
-    if profile.dynamic:
-        size_sets.append({name: d.min for name, d in profile.dims.items()})
     worst, checked = 0.0, []
-    for i, sizes in enumerate(size_sets):
+    for i, sizes in enumerate(check_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         with torch.no_grad():
             expected = module(*(torch.from_numpy(a) for a in feeds.values()))

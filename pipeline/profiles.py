@@ -102,7 +102,11 @@ class ExportSection(_Section):
 
 
 class OptimizeSection(_Section):
-    """Settings of the optimize stage (filled by that stage's issue)."""
+    """Settings of the optimize stage (rule names: `python -m pipeline optimize --help`)."""
+
+    rules: list[str] | None = Field(default=None, description="only these rules (default: all)")
+    skip_rules: list[str] = Field(default_factory=list)
+    tolerance: float = Field(default=1e-5, gt=0, description="max |input - optimized| on onnxruntime CPU")
 
 
 class QuantSection(_Section):

@@ -15,6 +15,9 @@ def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    # check the graph as written: onnxruntime's own rewrites are not under test, and one of them
+    # (merging identical nodes) breaks valid graphs such as two GELU forms sharing x * 0.5
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own untyped errors
@@ -41,3 +44,15 @@ def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
 
 def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> float:
+    """Largest |reference - candidate| over all outputs and all feed sets (onnxruntime CPU)."""
+    worst = 0.0
+    for feeds in feed_sets:
+        expected, actual = run_onnx(reference, feeds), run_onnx(candidate, feeds)
+        try:
+            worst = max(worst, max_abs_diff(expected, actual))
+        except ValueError as err:
+            raise InputError(f"{candidate}: outputs do not match {reference} ({err})") from err
+    return worst

@@ -25,3 +25,29 @@ def tiny_mlp_with_examples():
 
 def not_a_module():
     return 42
+
+
+class HandWrittenBlock(nn.Module):
+    """LayerNorm (mean / var / sqrt, eps 1e-12) and GELU (erf and tanh forms) written out in torch."""
+
+    def __init__(self, hidden: int = 32):
+        super().__init__()
+        self.dense = nn.Linear(hidden, hidden)
+        self.gamma = nn.Parameter(torch.rand(hidden) + 0.5)
+        self.beta = nn.Parameter(torch.rand(hidden) - 0.5)
+
+    def layer_norm(self, x):
+        mean = x.mean(-1, keepdim=True)
+        centered = x - mean
+        variance = centered.pow(2).mean(-1, keepdim=True)
+        return centered / torch.sqrt(variance + 1e-12) * self.gamma + self.beta
+
+    def forward(self, x):
+        h = self.layer_norm(self.dense(x))
+        erf = h * 0.5 * (1.0 + torch.erf(h / 1.4142135623730951))
+        tanh = 0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * torch.pow(h, 3))))
+        return erf + tanh
+
+
+def hand_written_block():
+    return HandWrittenBlock()

@@ -112,6 +112,9 @@ def test_timing_file_malformed(tmp_path):
         parse_timing(write(tmp_path, '[\n{ "name" : "a", "averageMs" : \n'))
     with pytest.raises(LayerInfoParseError, match="top level"):
         parse_timing(write(tmp_path, '{"name": "a"}'))
+    # found by the fuzz test: a number with two dots in a file that is not valid JSON
+    with pytest.raises(LayerInfoParseError, match="line 2: a record without timeMs/averageMs"):
+        parse_timing(write(tmp_path, '[\n{ "name" : "a"b", "timeMs" : 1.2.02714, "averageMs" : 1.0 }\n]'))
 
 
 def test_cli_malformed_is_one_line_exit_2(tmp_path, mnist):

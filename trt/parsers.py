@@ -363,9 +363,10 @@ def _finish(plan: EnginePlan) -> EnginePlan:
 
 # ---------------------------------------------------------------- trtexec --exportProfile
 
+_NUMBER = r"-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?"
 _PROFILE_RECORD = re.compile(
-    r'"name"\s*:\s*"(?P<name>.*)"\s*,\s*"timeMs"\s*:\s*(?P<total>[-+0-9.eE]+)\s*,\s*"averageMs"\s*:\s*(?P<average>[-+0-9.eE]+)'
-    r'(?:\s*,\s*"medianMs"\s*:\s*(?P<median>[-+0-9.eE]+))?(?:\s*,\s*"percentage"\s*:\s*(?P<percentage>[-+0-9.eE]+))?'
+    rf'"name"\s*:\s*"(?P<name>.*)"\s*,\s*"timeMs"\s*:\s*(?P<total>{_NUMBER})\s*,\s*"averageMs"\s*:\s*(?P<average>{_NUMBER})'
+    rf'(?:\s*,\s*"medianMs"\s*:\s*(?P<median>{_NUMBER}))?(?:\s*,\s*"percentage"\s*:\s*(?P<percentage>{_NUMBER}))?\s*\}}'
 )
 
 

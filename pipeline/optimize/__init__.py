@@ -1,0 +1,72 @@
+"""Optimize stage: TensorRT-aware rewrites of an ONNX graph, standard ONNX ops only.
+
+`optimize_file(source, target)` is the stage's one public entry: load with onnx_ir (weights
+stay lazy), run the rules (pipeline/optimize/rules/, one family per file) by priority to
+a fixed point, save atomically, return per-rule statistics.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError
+from pipeline.fileio import atomic_path
+
+
+@dataclass
+class OptimizeResult:
+    nodes_before: int
+    nodes_after: int
+    ops_before: dict[str, int]
+    ops_after: dict[str, int]
+    rules: list[dict[str, Any]]
+    history: list[str]  # rule names in the order their rewrites were applied
+
+    @property
+    def op_delta(self) -> dict[str, int]:
+        ops = set(self.ops_before) | set(self.ops_after)
+        delta = {op: self.ops_after.get(op, 0) - self.ops_before.get(op, 0) for op in sorted(ops)}
+        return {op: d for op, d in delta.items() if d}
+
+    def last_rules(self, count: int = 3) -> list[str]:
+        """The last `count` distinct rules applied, most recent first."""
+        return list(dict.fromkeys(reversed(self.history)))[:count]
+
+
+def select_rules(only: list[str] | None = None, skip: list[str] | None = None) -> list:
+    from pipeline.optimize.rules import ALL_RULES, RULE_NAMES
+
+    unknown = sorted(set(only or []) | set(skip or []) - set(RULE_NAMES))
+    if unknown:
+        raise InputError(f"unknown rule {', '.join(unknown)}; rules are: {', '.join(RULE_NAMES)}")
+    return [r for r in ALL_RULES if (not only or r.name in only) and r.name not in (skip or [])]
+
+
+def optimize_file(source: Path, target: Path, only: list[str] | None = None, skip: list[str] | None = None) -> OptimizeResult:
+    import onnx_ir as ir
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    from pipeline.optimize.engine import run_rules
+
+    rules = select_rules(only, skip)
+    if not Path(source).is_file():
+        raise InputError(f"{source}: no such ONNX file")
+    try:
+        model = ir.load(source)
+    except Exception as err:  # protobuf and onnx_ir raise several types
+        raise InputError(f"{source}: not a readable ONNX model ({type(err).__name__}: {str(err)[:200]})") from err
+    before = Counter(node.op_type for node in model.graph)
+    # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
+    model = ShapeInferencePass()(model).model
+    stats, history = run_rules(model, rules)
+    after = Counter(node.op_type for node in model.graph)
+    with atomic_path(target) as tmp:
+        # to_proto + one SerializeToString: measured 2.6 s on bert-base where ir.save took 6.6 s
+        tmp.write_bytes(ir.to_proto(model).SerializeToString())
+    return OptimizeResult(
+        sum(before.values()), sum(after.values()), dict(before), dict(after),
+        [s.as_dict() for s in stats], history,
+    )
