@@ -57,6 +57,7 @@ def test_hand_written_layernorm_and_gelu_become_single_ops(tmp_path, exporter):
     before = ops(tmp_path / "m.onnx")
     assert "LayerNormalization" not in before and "Gelu" not in before and "Erf" in before and "Tanh" in before
     optimize_file(tmp_path / "m.onnx", tmp_path / "o.onnx")
+    onnx.checker.check_model(str(tmp_path / "o.onnx"), full_check=True)
     model = onnx.load(str(tmp_path / "o.onnx"))
     after = [n.op_type for n in model.graph.node]
     assert after.count("LayerNormalization") == 1 and after.count("Gelu") == 2 and "Erf" not in after and "Tanh" not in after
@@ -70,6 +71,7 @@ def test_hand_written_layernorm_and_gelu_become_single_ops(tmp_path, exporter):
 
 def test_bert_tiny_torchscript(tmp_path, bert_tiny_torchscript):
     result = optimize_file(bert_tiny_torchscript, tmp_path / "o.onnx")
+    onnx.checker.check_model(str(tmp_path / "o.onnx"), full_check=True)
     after = ops(tmp_path / "o.onnx")
     assert after.count("LayerNormalization") == 25 and after.count("Gelu") == 13 and "Identity" not in after and "Shape" not in after
     assert attention_scales_come_first(tmp_path / "o.onnx")
@@ -94,6 +96,7 @@ def bert_base_exports(tmp_path_factory):
 def test_bert_base(tmp_path, bert_base_exports, exporter):
     source = bert_base_exports / f"{exporter}.onnx"
     optimize_file(source, tmp_path / "o.onnx")
+    onnx.checker.check_model(str(tmp_path / "o.onnx"), full_check=True)
     model = onnx.load(str(tmp_path / "o.onnx"), load_external_data=False)
     assert all(n.domain in ("", "ai.onnx") for n in model.graph.node), "standard ONNX ops only"
     after = [n.op_type for n in model.graph.node]

@@ -50,6 +50,7 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     from onnx_ir.passes.common import ShapeInferencePass
 
     from pipeline.optimize.engine import run_rules
+    from pipeline.optimize.writer import write_model
 
     rules = select_rules(only, skip)
     if not Path(source).is_file():
@@ -64,8 +65,7 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     stats, history = run_rules(model, rules)
     after = Counter(node.op_type for node in model.graph)
     with atomic_path(target) as tmp:
-        # to_proto + one SerializeToString: measured 2.6 s on bert-base where ir.save took 6.6 s
-        tmp.write_bytes(ir.to_proto(model).SerializeToString())
+        write_model(model, tmp)
     return OptimizeResult(
         sum(before.values()), sum(after.values()), dict(before), dict(after),
         [s.as_dict() for s in stats], history,

@@ -188,6 +188,7 @@ def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list
             if not _one_pass(ctx, by_anchor, stats):
                 break
         ctx.remove_unused()
+    ctx.graph.sort()  # a moved node may now precede a Constant it reads (attention scale in dynamo exports)
     return list(stats.values()), ctx.history
 
 

@@ -1,0 +1,65 @@
+"""Calibration data for INT8: synthetic but valid samples from the profile, or a user's .npz.
+
+Both give `{input name: array}` with the samples concatenated along axis 0 (ModelOpt's
+`calibration_data` format), each sample of the profile's calibration shape (opt sizes).
+A user's file is checked against the ONNX model's inputs: every name present, dtype and
+shape right, no pickled objects, no NaN or Inf. Held-out accuracy samples use other seeds.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.profiles import Profile
+from pipeline.samples import make_inputs
+
+CALIBRATION_SEED = 10_000
+HELD_OUT_SEED = 20_000
+
+
+def synthetic(profile: Profile, samples: int, seed: int = CALIBRATION_SEED) -> dict[str, np.ndarray]:
+    """`samples` random valid feeds at the profile's opt shapes, concatenated along axis 0."""
+    feeds = [make_inputs(profile, seed=seed + i) for i in range(samples)]
+    return {name: np.concatenate([f[name] for f in feeds], axis=0) for name in feeds[0]}
+
+
+def split(data: dict[str, np.ndarray], batch: int) -> list[dict[str, np.ndarray]]:
+    """Back into per-step feeds of `batch` rows each."""
+    rows = len(next(iter(data.values())))
+    return [{name: array[i : i + batch] for name, array in data.items()} for i in range(0, rows, batch)]
+
+
+def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str, np.ndarray]:
+    """Load and check a user's calibration file.
+
+    `model_inputs` maps each ONNX input to (numpy dtype name, dims) where a dim is an int or
+    None (dynamic). Arrays hold samples concatenated along axis 0.
+    """
+    if not path.is_file():
+        raise InputError(f"{path}: no such calibration file; pass an .npz with one array per model input")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            data = {name: archive[name] for name in archive.files}
+    except ValueError as err:
+        raise InputError(f"{path}: holds pickled objects, which are refused (allow_pickle=False); save plain numeric arrays with np.savez") from err
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise InputError(f"{path}: not a readable .npz file ({err}); write it with numpy.savez") from err
+    missing = sorted(model_inputs.keys() - data.keys())
+    if missing:
+        raise InputError(f"{path}: no array for model input {missing[0]!r} (has {sorted(data)}); add one per input: {sorted(model_inputs)}")
+    rows = {name: data[name].shape[0] if data[name].ndim else 0 for name in model_inputs}
+    for name, (dtype, dims) in model_inputs.items():
+        array = data[name]
+        if array.dtype != np.dtype(dtype):
+            raise InputError(f"{path}: input {name!r} has dtype {array.dtype}, the model expects {dtype}; convert it with .astype({dtype!r})")
+        if array.ndim != len(dims) or any(d is not None and d != s for d, s in zip(dims[1:], array.shape[1:], strict=False)):
+            raise InputError(f"{path}: input {name!r} has shape {list(array.shape)}, the model expects [samples, {', '.join(str(d) if d is not None else '?' for d in dims[1:])}] (samples concatenated on axis 0)")
+        if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
+            raise InputError(f"{path}: input {name!r} contains NaN or Inf at flat index {int(np.argmin(np.isfinite(array).reshape(-1)))}; calibration needs finite values")
+    if len(set(rows.values())) != 1 or 0 in rows.values():
+        raise InputError(f"{path}: inputs have different sample counts {rows}; every array needs the same number of rows on axis 0")
+    return {name: data[name] for name in model_inputs}

@@ -1,0 +1,94 @@
+"""INT8 stage: explicit Q/DQ placed by ModelOpt PTQ, calibrated on the data given, then shaped by
+a placement preset (quant/presets.py).
+
+Calibration always uses our samples (never ModelOpt's built-in random data, whose token ids
+can leave the vocabulary and crash Gather) and never `calibrate_per_node` (~600x slower on CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.errors import InputError
+from pipeline.fileio import atomic_path
+from quant.calibration import split
+
+
+@dataclass(frozen=True)
+class Int8Result:
+    preset: str
+    high_precision_dtype: str
+    calibration_samples: int
+    calibration_method: str
+    disable_mha_qdq: bool
+    qdq_pairs: int
+    qdq_removed_by_preset: list[str]
+    notes: list[str]
+
+
+def _reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
+    """An onnxruntime CalibrationDataReader over our feeds that reports each step taken."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.index = 0
+
+        def get_next(self):
+            if self.index >= len(feeds):
+                return None
+            self.index += 1
+            on_step(self.index, len(feeds))
+            return feeds[self.index - 1]
+
+        def rewind(self):
+            self.index = 0
+
+    return Reader()
+
+
+def quantize_int8(
+    source: Path,
+    target: Path,
+    calibration: dict[str, np.ndarray],
+    batch: int,
+    preset_name: str,
+    high_precision_dtype: str,
+    calibration_method: str = "entropy",
+    max_sequence: int | None = None,
+    on_step: Callable[[int, int], None] = lambda done, total: None,
+) -> Int8Result:
+    import onnx
+    from modelopt.onnx.quantization import quantize
+
+    from quant.presets import PRESETS, apply_preset, plan_preset
+
+    if preset_name not in PRESETS:
+        raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")
+    preset = PRESETS[preset_name]
+    plan = plan_preset(preset, onnx.load(str(source), load_external_data=False), max_sequence)
+    feeds = split(calibration, batch)
+    logging.getLogger("modelopt").setLevel(logging.ERROR)
+    with atomic_path(target) as tmp:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                quantize(
+                    onnx_path=str(source), quantize_mode="int8", calibration_data_reader=_reader(feeds, on_step),
+                    calibration_method=calibration_method, calibration_eps=["cpu"], high_precision_dtype=high_precision_dtype,
+                    op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
+                    calibrate_per_node=False, output_path=str(tmp), log_level="ERROR",
+                )
+        except (ValueError, KeyError, RuntimeError) as err:
+            raise InputError(f"int8: ModelOpt cannot quantize {source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
+        model = onnx.load(str(tmp))
+        removed = apply_preset(preset, model)
+        onnx.save(model, str(tmp))
+    pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")
+    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, plan.notes)

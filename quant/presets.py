@@ -1,0 +1,130 @@
+"""INT8 placement presets: where Q/DQ go, and why.
+
+- `modelopt`: ModelOpt's default placement, unchanged. On BERT it quantizes both inputs of
+  every residual Add (also the GEMM-output side), which TensorRT's rules say blocks the
+  GEMM + bias + residual fusion; it is the placement behind "INT8 BERT splits into dozens of
+  layers" (TensorRT issue 4397, Model-Optimizer issue 159).
+- `trt-fusion` (default): the placement TensorRT's "Explicit Quantization" rules ask for.
+  Quantize the inputs of weighted ops (MatMul/Gemm/Conv) and the residual *skip* input of an
+  Add, never a GEMM/Conv output before its bias, activation or residual Add (so they fuse
+  into the GEMM), never the input of LayerNormalization or Softmax (their internals run in
+  float inside the fused region); attention MatMuls get Q/DQ only when fused INT8 attention
+  is possible (head size 16/32/64 and sequence <= 512, "Explicit Quantization" / "Fused
+  Attention"), else `disable_mha_qdq`.
+- `gemm-only`: only MatMul/Gemm inputs (ModelOpt `op_types_to_quantize`), attention as in
+  trt-fusion: the smallest placement, for when accuracy matters more than speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FUSED_ATTENTION_HEAD_SIZES = (16, 32, 64)
+FUSED_ATTENTION_MAX_SEQUENCE = 512
+GEMM_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
+ACTIVATION_OPS = ("Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "LeakyRelu", "Clip", "HardSigmoid", "Softplus")
+FLOAT_REGION_OPS = ("LayerNormalization", "Softmax")
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    summary: str
+    op_types_to_quantize: list[str] | None
+    fusion_cleanup: bool  # drop the Q/DQ that TensorRT's fusion rules reject
+    attention: str  # "modelopt" (ModelOpt decides) or "auto" (only where fused INT8 attention is possible)
+
+
+PRESETS = {
+    "trt-fusion": Preset("trt-fusion", "TensorRT's fusion rules: GEMM inputs and residual skip inputs; attention only if fusable", None, True, "auto"),
+    "modelopt": Preset("modelopt", "ModelOpt's default placement, unchanged", None, False, "modelopt"),
+    "gemm-only": Preset("gemm-only", "only MatMul/Gemm inputs; attention only if fusable", ["MatMul", "Gemm"], True, "auto"),
+}
+DEFAULT_PRESET = "trt-fusion"
+
+
+@dataclass
+class PresetPlan:
+    op_types_to_quantize: list[str] | None
+    disable_mha_qdq: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
+    """(MatMul name, head size, sequence length) of each attention score MatMul (its output reaches a Softmax)."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+              for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = []
+    for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
+        node = producer.get(softmax.input[0])
+        while node is not None and node.op_type in ("Add", "Where", "Div", "Mul", "Sub"):
+            node = producer.get(node.input[0])
+        if node is None or node.op_type != "MatMul":
+            continue
+        query = shapes.get(node.input[0]) or []
+        scores = shapes.get(node.output[0]) or []
+        found.append((node.name, query[-1] if query else None, scores[-1] if scores else None))
+    return found
+
+
+def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
+    """ModelOpt arguments for a preset; decides attention quantization from the model's shapes."""
+    if preset.attention == "modelopt":
+        return PresetPlan(preset.op_types_to_quantize, False, ["attention Q/DQ as ModelOpt places them"])
+    attention = attention_shapes(model)
+    if not attention:
+        return PresetPlan(preset.op_types_to_quantize, False, ["no attention found"])
+    heads = {h for _, h, _ in attention}
+    sequence = max_sequence or max((s for _, _, s in attention if s), default=None)
+    fusable = heads <= set(FUSED_ATTENTION_HEAD_SIZES) and sequence is not None and sequence <= FUSED_ATTENTION_MAX_SEQUENCE
+    reason = f"head size {sorted(h for h in heads if h) or 'unknown'}, sequence <= {sequence if sequence else 'unknown'}"
+    if fusable:
+        return PresetPlan(preset.op_types_to_quantize, False, [f"attention Q/DQ kept: fused INT8 attention possible ({reason})"])
+    return PresetPlan(preset.op_types_to_quantize, True, [f"attention left in float (disable_mha_qdq): fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} ({reason})"])
+
+
+def apply_preset(preset: Preset, model) -> list[str]:
+    """Edit ModelOpt's Q/DQ graph in place; return the names of the Q/DQ nodes removed."""
+    if not preset.fusion_cleanup:
+        return []
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    removed: list[str] = []
+    for dq in [n for n in model.graph.node if n.op_type == "DequantizeLinear"]:
+        q = producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear":
+            continue  # a weight's DQ: TensorRT needs it
+        source = q.input[0]
+        for consumer in list(consumers.get(dq.output[0], [])):
+            if _rejected(source, consumer, producer):
+                consumer.input[list(consumer.input).index(dq.output[0])] = source
+                consumers[dq.output[0]].remove(consumer)
+        if not consumers.get(dq.output[0]) and dq.output[0] not in {o.name for o in model.graph.output}:
+            if not [c for c in consumers.get(q.output[0], []) if c is not dq]:
+                model.graph.node.remove(dq)
+                model.graph.node.remove(q)
+                removed += [q.name, dq.name]
+    return removed
+
+
+def _rejected(source: str, consumer, producer: dict) -> bool:
+    """TensorRT's rules reject a Q/DQ on this edge: a GEMM's output before its bias Add,
+    activation or residual Add, or the input of a float region (LayerNorm, Softmax)."""
+    if consumer.op_type in FLOAT_REGION_OPS:
+        return True
+    return consumer.op_type in ("Add", *ACTIVATION_OPS) and _from_gemm(source, producer)
+
+
+def _from_gemm(tensor: str, producer: dict) -> bool:
+    """The tensor is a GEMM/Conv output, possibly after its bias Add."""
+    node = producer.get(tensor)
+    if node is not None and node.op_type == "Add":
+        node = next((producer.get(i) for i in node.input if producer.get(i) is not None and producer.get(i).op_type in GEMM_OPS), None)
+    return node is not None and node.op_type in GEMM_OPS
