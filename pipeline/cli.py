@@ -37,8 +37,9 @@ console = Console(stderr=True)
 
 def stdout_console() -> Console:
     """Rich output on stdout; 140 columns when piped so tables and paths are not cut."""
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=140)
+    probe = Console(file=sys.stdout)
+    # bound to the real stdout now: stages capture sys.stdout while third-party code runs
+    return probe if probe.is_terminal else Console(file=sys.stdout, width=140)
 _debug = False
 
 
@@ -50,6 +51,14 @@ class Exporter(str, Enum):
 class StageName(str, Enum):
     export = "export"
     optimize = "optimize"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+class PresetName(str, Enum):
+    trt_fusion = "trt-fusion"
+    modelopt = "modelopt"
+    gemm_only = "gemm-only"
 
 
 ProfileOption = Annotated[
@@ -81,12 +90,18 @@ def _root(
         "Examples:\n\n"
         "  python -m pipeline build\n\n"
         "  python -m pipeline build --profile my_model.toml --out runs/a --force\n\n"
-        "  python -m pipeline build --onnx model.onnx --profile bert-tiny"
+        "  python -m pipeline build --onnx model.onnx --profile bert-tiny\n\n"
+        "  python -m pipeline build --fp16 --int8 --preset trt-fusion"
     )
 )
 def build(
     profile: ProfileOption = DEFAULT_PROFILE,
     onnx: Annotated[Optional[Path], typer.Option(help="Start from this ONNX file instead of exporting.")] = None,
+    fp16: Annotated[bool, typer.Option("--fp16", help="Produce model.fp16.onnx (ModelOpt AutoCast).")] = False,
+    int8: Annotated[bool, typer.Option("--int8", help="Produce model.int8.onnx (ModelOpt Q/DQ) and lint its placement.")] = False,
+    calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
+    min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8].")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default: artifacts/<profile>].")] = None,
     until: Annotated[Optional[StageName], typer.Option(help="Stop after this stage.")] = None,
     strict: Annotated[bool, typer.Option(help="Fail (exit 3) instead of skipping a stage this machine cannot run.")] = False,
@@ -100,7 +115,8 @@ def build(
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
-    ctx = Context(loaded, out_dir, manifest, {"onnx": onnx})
+    options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine}
+    ctx = Context(loaded, out_dir, manifest, options)
     Runner(ctx, stdout_console(), force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
 
 
@@ -171,6 +187,146 @@ def optimize(
             why = "; ".join(f"{reason} ({count})" for reason, count in r["why_not"].items())
             table.add_row(r["rule"], r["priority"], str(r["tried"]), str(r["applied"]), str(r["nodes_added"]), str(r["nodes_removed"]), f"{r['seconds'] * 1000:.1f}", why)
         out.print(table)
+
+
+@app.command(
+    help=(
+        "Produce an FP16 (ModelOpt AutoCast) or INT8 (ModelOpt Q/DQ, calibrated) model from an ONNX file; with "
+        "both flags, an INT8 model whose float parts are FP16. Calibration: --calib FILE.npz, or synthetic samples "
+        "from --profile.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline quantize model.opt.onnx -o model.fp16.onnx --fp16\n\n"
+        "  python -m pipeline quantize model.opt.onnx -o model.int8.onnx --int8 --calib calib.npz --preset trt-fusion"
+    )
+)
+def quantize(
+    source: Annotated[Path, typer.Argument(help="FP32 ONNX file.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="ONNX file to write.")],
+    fp16: Annotated[bool, typer.Option("--fp16", help="FP16 (alone) or FP16 float parts (with --int8).")] = False,
+    int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
+    calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib).")] = None,
+    preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
+) -> None:
+    from pipeline.profiles import load_profile
+    from pipeline.quiet import captured
+
+    if not (fp16 or int8):
+        raise PipelineError("quantize: give --fp16, --int8 or both")
+    if not source.is_file():
+        raise PipelineError(f"{source}: no such ONNX file")
+    out = stdout_console()
+    if fp16 and not int8:
+        from quant.fp16 import convert_fp16
+
+        with console.status("converting to FP16 with ModelOpt AutoCast"), captured():
+            result = convert_fp16(source, output, [], [])
+        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers})", highlight=False)
+        return
+    from quant.calibration import calibration_data
+    from quant.int8 import quantize_int8
+    from quant.lint import lint_file
+
+    if calib is None and profile is None:
+        raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
+    loaded = load_profile(profile or "bert-tiny")
+    data, origin = calibration_data(loaded, calib, source)
+    batch = loaded.shape(loaded.inputs[0])[0]
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"calibrating ({preset.value})", total=None)
+        with captured():
+            result = quantize_int8(source, output, data, batch, preset.value, "fp16" if fp16 else "fp32",
+                                   on_step=lambda done, total: progress.update(task, completed=done, total=total))
+    findings = lint_file(output)
+    out.print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
+              f"lint-qdq: {len(findings)} findings", highlight=False)
+
+
+@app.command(
+    name="lint-qdq",
+    help=(
+        "List the Q/DQ placements in an ONNX model (ours or anyone's) that TensorRT's rules say prevent a fusion, "
+        "with the nodes and the change to make.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline lint-qdq model.int8.onnx\n\n"
+        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json"
+    ),
+)
+def lint_qdq(
+    model: Annotated[Path, typer.Argument(help="ONNX model with QuantizeLinear/DequantizeLinear nodes.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    max_sequence: Annotated[Optional[int], typer.Option(help="Longest sequence the engine will see (for the attention rule).")] = None,
+) -> None:
+    import json
+
+    from quant.lint import findings_json, lint_file
+
+    if fmt not in ("text", "json"):
+        raise PipelineError(f"--format {fmt!r}: use text or json")
+    findings = lint_file(model, max_sequence)
+    if fmt == "json":
+        _emit(json.dumps(findings_json(findings), indent=2) + "\n", output)
+        return
+    lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
+    for finding in findings:
+        lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
+    _emit("\n".join(lines) + "\n", output)
+
+
+@app.command(
+    help=(
+        "Run two models of one network (e.g. FP32 and INT8) with every intermediate tensor exposed and list the "
+        "nodes where the error grows most: which Q/DQ or FP16 conversion costs accuracy. Inputs: --inputs FILE.npz "
+        "(one array per input, samples on axis 0) or synthetic samples from --profile.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline compare model.opt.onnx model.int8.onnx --profile bert-tiny\n\n"
+        "  python -m pipeline compare a.onnx b.onnx --inputs feeds.npz --format json -o divergence.json"
+    )
+)
+def compare(
+    reference: Annotated[Path, typer.Argument(help="Reference model (usually FP32).")],
+    candidate: Annotated[Path, typer.Argument(help="Model to check (FP16, INT8, ...).")],
+    inputs: Annotated[Optional[Path], typer.Option(help="Inputs .npz: one array per model input, samples on axis 0.")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from.")] = None,
+    samples: Annotated[int, typer.Option(min=1, max=256, help="Synthetic samples (with --profile).")] = 4,
+    top: Annotated[int, typer.Option(min=1, help="Nodes to list.")] = 15,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+) -> None:
+    import json
+    import tempfile
+
+    from quant.calibration import load_npz, model_inputs, split, synthetic
+    from quant.compare import compare_models
+
+    if fmt not in ("text", "json"):
+        raise PipelineError(f"--format {fmt!r}: use text or json")
+    if (inputs is None) == (profile is None):
+        raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
+    if not reference.is_file():
+        raise PipelineError(f"{reference}: no such ONNX file")
+    if inputs is not None:
+        feeds = split(load_npz(inputs, model_inputs(reference)), 1)
+    else:
+        from pipeline.profiles import load_profile
+
+        loaded = load_profile(profile)
+        feeds = split(synthetic(loaded, samples, seed=30_000), loaded.shape(loaded.inputs[0])[0])
+    with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every tensor exposed"):
+        result = compare_models(reference, candidate, feeds, Path(workdir))
+    if fmt == "json":
+        _emit(json.dumps(result, indent=2) + "\n", output)
+        return
+    lines = [f"{candidate} vs {reference}: {result['compared_tensors']} tensors compared on {result['feeds']} inputs",
+             "output error (max |b-a| / max |a|): " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in result["outputs"].items()),
+             f"{'node (-> the Q/DQ on its output)':<48} {'op':<20} {'input err':>10} {'output err':>10} {'growth':>10}"]
+    for row in result["nodes"][:top]:
+        where = f"{row['node']} -> {row['qdq']}" if row["qdq"] else row["node"]
+        lines.append(f"{where[:48]:<48} {row['op_type']:<20} {row['input_error']:>10.3g} {row['error']:>10.3g} {row['growth']:>10.3g}")
+    _emit("\n".join(lines) + "\n", output)
 
 
 class OutputFormat(str, Enum):

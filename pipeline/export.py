@@ -5,11 +5,8 @@ torch is imported here only, at call time.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
-import os
-import tempfile
 import logging
 import re
 import warnings
@@ -23,6 +20,7 @@ import numpy as np
 from pipeline.errors import InputError, ProfileError, StageFailed
 from pipeline.fileio import atomic_path, sha256_file
 from pipeline.profiles import Profile
+from pipeline.quiet import captured
 from pipeline.samples import check_sizes, make_inputs
 from pipeline.verify import max_abs_diff, run_onnx
 
@@ -67,7 +65,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_path(output) as tmp:
         try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
-            with warnings.catch_warnings(), _stderr_to_file():
+            with warnings.catch_warnings(), captured():
                 warnings.simplefilter("ignore")
                 if exporter == "dynamo":
                     program = torch.onnx.export(
@@ -235,19 +233,6 @@ def locate_operator(module: Any, example: tuple, op: str) -> tuple[str, str] | N
         for handle in handles:
             handle.remove()
     return found[0] if found else None
-
-
-@contextlib.contextmanager
-def _stderr_to_file():
-    """Send file descriptor 2 (where torch's C++ code writes) to a temporary file for the block."""
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def _chain(err: BaseException):

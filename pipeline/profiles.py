@@ -110,7 +110,19 @@ class OptimizeSection(_Section):
 
 
 class QuantSection(_Section):
-    """Settings of the fp16/int8 stages (filled by that stage's issue)."""
+    """Settings of the fp16 and int8 stages."""
+
+    preset: Literal["trt-fusion", "modelopt", "gemm-only"] = "trt-fusion"
+    samples: int = Field(default=16, ge=1, le=4096, description="synthetic calibration samples (no --calib)")
+    calibration_method: Literal["entropy", "max"] = "entropy"
+    int8_float_dtype: Literal["fp32", "fp16"] = Field(
+        default="fp32", description="dtype of the INT8 model's non-quantized parts (ModelOpt high_precision_dtype)"
+    )
+    accuracy_samples: int = Field(default=16, ge=1, le=4096, description="held-out samples for the accuracy check")
+    min_cosine_fp16: float = Field(default=0.999, ge=0, le=1)
+    min_cosine_int8: float = Field(default=0.99, ge=0, le=1)
+    fp16_exclude_op_types: list[str] = Field(default_factory=list)
+    fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
 
 
 class BuildSection(_Section):

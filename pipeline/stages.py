@@ -106,5 +106,135 @@ OPTIMIZE = Stage(
 )
 
 
+def _code_hashes(*modules: str) -> list[str]:
+    import importlib.util
+
+    return [sha256_file(Path(importlib.util.find_spec(m).origin)) for m in modules]
+
+
+def _modelopt_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-modelopt")
+    except PackageNotFoundError:
+        return None
+
+
+def _held_out(ctx: Context) -> list[dict]:
+    from pipeline.samples import make_inputs
+    from quant.calibration import HELD_OUT_SEED
+
+    return [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)]
+
+
+def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
+    from pipeline.errors import StageFailed
+
+    if not metrics["cosine_centered"] >= minimum:
+        raise StageFailed(
+            f"{stage}: accuracy below the gate: cosine_centered={metrics['cosine_centered']:.5f} < {minimum} "
+            f"(cosine={metrics['cosine']:.6f}, max_abs_diff={metrics['max_abs_diff']:.3g} vs FP32 on {metrics['samples']} held-out samples); "
+            "exclude sensitive nodes, try another preset or more calibration data, or lower --min-cosine"
+        )
+
+
+def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
+    q = ctx.profile.quant
+    return {
+        "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
+        "exclude": [q.fp16_exclude_op_types, q.fp16_exclude_nodes],
+        "gate": [ctx.options.get("min_cosine") or q.min_cosine_fp16, q.accuracy_samples],
+        "code": _code_hashes("quant.fp16", "quant.accuracy"),
+        "modelopt": _modelopt_version(),
+    }
+
+
+def _run_fp16(ctx: Context, status: Status) -> StageResult:
+    from pipeline.fileio import atomic_path
+    from pipeline.quiet import captured
+    from quant.accuracy import accuracy
+    from quant.fp16 import convert_fp16
+
+    q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.fp16.onnx"
+    with atomic_path(target) as tmp:
+        status("converting to FP16 with ModelOpt AutoCast")
+        with captured(ctx.out / "fp16.log"):
+            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes)
+        status(f"checking accuracy on {q.accuracy_samples} held-out samples")
+        figures = accuracy(source, tmp, _held_out(ctx))
+        minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
+        _gate("fp16", figures, minimum)
+    metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
+               "accuracy": figures, "min_cosine": minimum}
+    return StageResult({"onnx": target, "log": ctx.out / "fp16.log"}, metrics)
+
+
+def _int8_fingerprint(ctx: Context) -> dict[str, Any]:
+    q, calib = ctx.profile.quant, ctx.options.get("calib")
+    return {
+        "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
+        "calibration": sha256_file(Path(calib)) if calib and Path(calib).is_file() else [str(calib), q.samples],
+        "settings": [ctx.options.get("preset") or q.preset, q.calibration_method, q.int8_float_dtype,
+                     ctx.options.get("min_cosine") or q.min_cosine_int8, q.accuracy_samples],
+        "code": _code_hashes("quant.int8", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy"),
+        "modelopt": _modelopt_version(),
+    }
+
+
+def _run_int8(ctx: Context, status: Status) -> StageResult:
+    from pipeline.fileio import atomic_path, write_json
+    from pipeline.quiet import captured
+    from quant.accuracy import accuracy
+    from quant.calibration import calibration_data
+    from quant.int8 import quantize_int8
+    from quant.lint import findings_json, lint_file
+
+    q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.int8.onnx"
+    preset = ctx.options.get("preset") or q.preset
+    status("preparing calibration data")
+    calibration, origin = calibration_data(ctx.profile, ctx.options.get("calib"), source)
+    batch = ctx.profile.shape(ctx.profile.inputs[0])[0]
+    max_sequence = max((d.max for name, d in ctx.profile.dims.items() if name in ("seq", "sequence", "seq_len")), default=None)
+
+    def step(done: int, total: int) -> None:
+        filled = round(24 * done / total)
+        status(f"calibrating ({preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
+
+    with atomic_path(target) as tmp:
+        with captured(ctx.out / "int8.log"):
+            result = quantize_int8(source, tmp, calibration, batch, preset, q.int8_float_dtype, q.calibration_method, max_sequence, on_step=step)
+        status("linting the Q/DQ placement")
+        lint = findings_json(lint_file(tmp, max_sequence))
+        status(f"checking accuracy on {q.accuracy_samples} held-out samples")
+        figures = accuracy(source, tmp, _held_out(ctx))
+        minimum = ctx.options.get("min_cosine") or q.min_cosine_int8
+        _gate("int8", figures, minimum)
+    write_json(ctx.out / "int8.lint.json", lint)
+    metrics = {
+        "preset": result.preset, "high_precision_dtype": result.high_precision_dtype, "calibration": origin,
+        "calibration_samples": result.calibration_samples, "calibration_method": result.calibration_method,
+        "disable_mha_qdq": result.disable_mha_qdq, "qdq_pairs": result.qdq_pairs,
+        "qdq_removed_by_preset": len(result.qdq_removed_by_preset) // 2, "notes": result.notes,
+        "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}, "accuracy": figures, "min_cosine": minimum,
+    }
+    return StageResult({"onnx": target, "lint": ctx.out / "int8.lint.json", "log": ctx.out / "int8.log"}, metrics)
+
+
+FP16 = Stage(
+    "fp16", _fp16_fingerprint, _run_fp16,
+    key_metric=lambda m: f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}",
+)
+INT8 = Stage(
+    "int8", _int8_fingerprint, _run_int8,
+    key_metric=lambda m: f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings",
+)
+
+
 def build_plan(ctx: Context) -> list[Stage]:
-    return [EXPORT, OPTIMIZE]
+    plan = [EXPORT, OPTIMIZE]
+    if ctx.options.get("fp16"):
+        plan.append(FP16)
+    if ctx.options.get("int8"):
+        plan.append(INT8)
+    return plan

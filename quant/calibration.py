@@ -41,6 +41,8 @@ def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str,
     """
     if not path.is_file():
         raise InputError(f"{path}: no such calibration file; pass an .npz with one array per model input")
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{path}: not a readable .npz file (not a zip archive); write it with numpy.savez")
     try:
         with np.load(path, allow_pickle=False) as archive:
             data = {name: archive[name] for name in archive.files}
@@ -63,3 +65,23 @@ def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str,
     if len(set(rows.values())) != 1 or 0 in rows.values():
         raise InputError(f"{path}: inputs have different sample counts {rows}; every array needs the same number of rows on axis 0")
     return {name: data[name] for name in model_inputs}
+
+
+def model_inputs(onnx_path: Path) -> dict[str, tuple[str, list]]:
+    """Each ONNX input's numpy dtype name and dims (None where dynamic)."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    return {
+        i.name: (helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name,
+                 [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim])
+        for i in model.graph.input
+    }
+
+
+def calibration_data(profile: Profile, calib: Path | None, onnx_path: Path) -> tuple[dict[str, np.ndarray], str]:
+    """A user's .npz checked against the model, else synthetic samples; and where they came from."""
+    if calib is None:
+        return synthetic(profile, profile.quant.samples), f"synthetic, {profile.quant.samples} samples from profile {profile.name}"
+    return load_npz(Path(calib), model_inputs(onnx_path)), str(Path(calib).resolve())

@@ -48,6 +48,9 @@ def _reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], No
             on_step(self.index, len(feeds))
             return feeds[self.index - 1]
 
+        def get_first(self):  # ModelOpt peeks at one feed to find the MHA shapes
+            return feeds[0]
+
         def rewind(self):
             self.index = 0
 
@@ -68,7 +71,7 @@ def quantize_int8(
     import onnx
     from modelopt.onnx.quantization import quantize
 
-    from quant.presets import PRESETS, apply_preset, plan_preset
+    from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
 
     if preset_name not in PRESETS:
         raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")
@@ -78,7 +81,7 @@ def quantize_int8(
     logging.getLogger("modelopt").setLevel(logging.ERROR)
     with atomic_path(target) as tmp:
         try:
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
                 quantize(
                     onnx_path=str(source), quantize_mode="int8", calibration_data_reader=_reader(feeds, on_step),
                     calibration_method=calibration_method, calibration_eps=["cpu"], high_precision_dtype=high_precision_dtype,
@@ -91,4 +94,5 @@ def quantize_int8(
         removed = apply_preset(preset, model)
         onnx.save(model, str(tmp))
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")
-    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, plan.notes)
+    notes = [*plan.notes, f"attention MatMuls in the result: {attention_state(model)}"]
+    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes)

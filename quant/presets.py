@@ -71,6 +71,48 @@ def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
     return found
 
 
+def attention_state(model) -> str:
+    """Whether the attention MatMuls (score and context) of a Q/DQ model are "int8", "float" or "mixed"."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def quantized(tensor: str) -> bool:
+        node = producer.get(tensor)
+        return node is not None and node.op_type == "DequantizeLinear"
+
+    states = set()
+    for name, _, _ in attention_shapes(model):
+        scores = next(n for n in model.graph.node if n.name == name)
+        states.add(all(quantized(i) for i in scores.input) or (any(quantized(i) for i in scores.input) and "mixed"))
+        softmax = next((n for n in model.graph.node if n.op_type == "Softmax" and _reaches(scores, n, consumers)), None)
+        for context in _matmuls_after(softmax, consumers) if softmax else []:
+            states.add(all(quantized(i) for i in context.input) or (any(quantized(i) for i in context.input) and "mixed"))
+    if "mixed" in states or (True in states and False in states):
+        return "mixed"
+    return "int8" if states == {True} else "float"
+
+
+def _reaches(start, target, consumers: dict, hops: int = 4) -> bool:
+    frontier = [start]
+    for _ in range(hops):
+        frontier = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
+        if target in frontier:
+            return True
+    return False
+
+
+def _matmuls_after(softmax, consumers: dict, hops: int = 3) -> list:
+    found, frontier = [], [softmax]
+    for _ in range(hops):
+        frontier = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
+        found += [n for n in frontier if n.op_type == "MatMul"]
+        frontier = [n for n in frontier if n.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast")]
+    return found
+
+
 def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     """ModelOpt arguments for a preset; decides attention quantization from the model's shapes."""
     if preset.attention == "modelopt":
@@ -83,12 +125,16 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     fusable = heads <= set(FUSED_ATTENTION_HEAD_SIZES) and sequence is not None and sequence <= FUSED_ATTENTION_MAX_SEQUENCE
     reason = f"head size {sorted(h for h in heads if h) or 'unknown'}, sequence <= {sequence if sequence else 'unknown'}"
     if fusable:
-        return PresetPlan(preset.op_types_to_quantize, False, [f"attention Q/DQ kept: fused INT8 attention possible ({reason})"])
+        return PresetPlan(preset.op_types_to_quantize, False, [f"attention may be quantized: fused INT8 attention is possible ({reason})"])
     return PresetPlan(preset.op_types_to_quantize, True, [f"attention left in float (disable_mha_qdq): fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} ({reason})"])
 
 
 def apply_preset(preset: Preset, model) -> list[str]:
-    """Edit ModelOpt's Q/DQ graph in place; return the names of the Q/DQ nodes removed."""
+    """Edit ModelOpt's Q/DQ graph in place; return the names of the Q/DQ nodes removed.
+
+    A consumer reads the float tensor instead of DQ(Q(x)) when TensorRT's rules reject the Q/DQ
+    on that edge, or when the preset quantizes only some op types and the consumer is another
+    (ModelOpt shares one Q/DQ between the QKV GEMMs and the residual Add)."""
     if not preset.fusion_cleanup:
         return []
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -103,7 +149,8 @@ def apply_preset(preset: Preset, model) -> list[str]:
             continue  # a weight's DQ: TensorRT needs it
         source = q.input[0]
         for consumer in list(consumers.get(dq.output[0], [])):
-            if _rejected(source, consumer, producer):
+            other_type = preset.op_types_to_quantize is not None and consumer.op_type not in preset.op_types_to_quantize
+            if other_type or _rejected(source, consumer, producer):
                 consumer.input[list(consumer.input).index(dq.output[0])] = source
                 consumers[dq.output[0]].remove(consumer)
         if not consumers.get(dq.output[0]) and dq.output[0] not in {o.name for o in model.graph.output}:

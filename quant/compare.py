@@ -1,0 +1,116 @@
+"""Per-node divergence between two models of one network (FP32 vs FP16 / INT8).
+
+Both models run on onnxruntime CPU with every intermediate tensor exposed as an output.
+Tensors are joined by name; in a Q/DQ model the output of DequantizeLinear(QuantizeLinear(x))
+is compared with x of the reference, so the error a Q/DQ adds shows at that pair. For each
+node of the reference, `growth` is its output's error minus the largest error of its inputs:
+the nodes where the error grows most are where precision is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import InputError
+
+
+@dataclass(frozen=True)
+class NodeError:
+    node: str
+    op_type: str
+    tensor: str
+    error: float  # max |b - a| / max |a| over the feeds
+    input_error: float
+    growth: float
+    qdq: str | None  # the candidate's Q/DQ on this output, when the comparison goes through one
+
+
+def _expose_all(path: Path, target: Path) -> list[str]:
+    """Write a copy of the model whose outputs are all its float node outputs; return their names."""
+    import onnx
+
+    model = onnx.load(str(path))
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    existing = {o.name for o in model.graph.output}
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+    names = []
+    for node in model.graph.node:
+        for tensor in node.output:
+            tensor_type = types.get(tensor)
+            if tensor and tensor not in existing and tensor_type is not None and tensor_type.tensor_type.elem_type in floats:
+                model.graph.output.append(onnx.helper.make_value_info(tensor, tensor_type))
+                names.append(tensor)
+    onnx.save(model, str(target))
+    return names + sorted(existing)
+
+
+def _run_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, list[np.ndarray]]:
+    import onnxruntime as ort
+
+    exposed = workdir / f"{path.stem}.all.onnx"
+    _expose_all(path, exposed)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(exposed), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    wanted = {i.name for i in session.get_inputs()}
+    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for feeds in feed_sets:
+        for name, value in zip(names, session.run(None, {k: v for k, v in feeds.items() if k in wanted}), strict=True):
+            values[name].append(np.asarray(value, np.float64))
+    return values
+
+
+def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
+    if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
+        return None
+    scale = max(float(np.max(np.abs(x))) if x.size else 0.0 for x in a) or 1.0
+    return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(a, b, strict=True)) / scale
+
+
+def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, Any]:
+    import onnx
+
+    for path in (reference, candidate):
+        if not path.is_file():
+            raise InputError(f"{path}: no such ONNX file")
+    ref_model = onnx.load(str(reference), load_external_data=False)
+    cand_model = onnx.load(str(candidate), load_external_data=False)
+    a, b = _run_all(reference, feed_sets, workdir), _run_all(candidate, feed_sets, workdir)
+    # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
+    producer = {o: n for n in cand_model.graph.node for o in n.output}
+    stands_for, pair_of = {}, {}
+    for dq in (n for n in cand_model.graph.node if n.op_type == "DequantizeLinear"):
+        q = producer.get(dq.input[0])
+        if q is not None and q.op_type == "QuantizeLinear":
+            stands_for[q.input[0]] = dq.output[0]
+            pair_of[q.input[0]] = q.name
+    errors: dict[str, float] = {}
+    for tensor in a:
+        other = stands_for.get(tensor, tensor)
+        if other in b:
+            error = _relative_error(a[tensor], b[other])
+            if error is not None:
+                errors[tensor] = error
+    if not errors:
+        raise InputError(f"{reference} and {candidate} share no tensor names: compare models exported from the same graph")
+    rows = []
+    for node in ref_model.graph.node:
+        outs = [t for t in node.output if t in errors]
+        if not outs:
+            continue
+        inputs = [errors[t] for t in node.input if t in errors]
+        error = max(errors[t] for t in outs)
+        base = max(inputs, default=0.0)
+        worst = max(outs, key=lambda t: errors[t])
+        rows.append(NodeError(node.name, node.op_type, worst, error, base, error - base, pair_of.get(worst)))
+    rows.sort(key=lambda r: r.growth, reverse=True)
+    outputs = {o.name: errors.get(o.name) for o in ref_model.graph.output}
+    return {"reference": str(reference), "candidate": str(candidate), "feeds": len(feed_sets), "compared_tensors": len(errors),
+            "outputs": outputs, "nodes": [asdict(r) for r in rows]}

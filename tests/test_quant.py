@@ -1,0 +1,161 @@
+"""Precision stages on the real bert-tiny: presets place Q/DQ as they claim, the accuracy gate
+fails when it should, and `build --fp16 --int8` records what the issue asks for."""
+
+import json
+
+import onnx
+import pytest
+
+from conftest import run_cli
+from pipeline.optimize import optimize_file
+from pipeline.profiles import load_profile
+from pipeline.quiet import captured
+from pipeline.samples import make_inputs
+from quant.accuracy import accuracy
+from quant.calibration import synthetic
+from quant.int8 import quantize_int8
+from quant.lint import lint_model
+from quant.presets import PRESETS, attention_state, plan_preset
+
+
+@pytest.fixture(scope="module")
+def bert_tiny_opt(bert_tiny_torchscript, tmp_path_factory):
+    path = tmp_path_factory.mktemp("opt") / "model.opt.onnx"
+    optimize_file(bert_tiny_torchscript, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def quantized(bert_tiny_opt, tmp_path_factory):
+    folder, calibration = tmp_path_factory.mktemp("int8"), synthetic(load_profile("bert-tiny"), 8)
+    models = {}
+    for preset in PRESETS:
+        with captured():
+            quantize_int8(bert_tiny_opt, folder / f"{preset}.onnx", calibration, 1, preset, "fp32")
+        models[preset] = onnx.load(str(folder / f"{preset}.onnx"))
+    return models
+
+
+class Graph:
+    def __init__(self, model):
+        self.nodes = list(model.graph.node)
+        self.producer = {o: n for n in self.nodes for o in n.output}
+        self.consumers = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+
+    def dequantized(self, tensor):
+        node = self.producer.get(tensor)
+        return node is not None and node.op_type == "DequantizeLinear"
+
+    def residual_adds(self):
+        """Adds whose inputs are a GEMM's bias Add (output projection / FFN output) and a skip tensor."""
+        for node in self.nodes:
+            if node.op_type != "Add" or not node.name.endswith(("mha/output/Add", "pos_ff/Add_1")):
+                continue
+            yield node
+
+
+def test_modelopt_default_quantizes_the_gemm_side_of_residual_adds(quantized):
+    graph = Graph(quantized["modelopt"])
+    residuals = list(graph.residual_adds())
+    assert len(residuals) == 24
+    assert all(all(graph.dequantized(i) for i in add.input) for add in residuals)
+    findings = lint_model(quantized["modelopt"])
+    assert {f.rule for f in findings} == {"qdq-after-gemm"} and len(findings) == 24
+
+
+def test_trt_fusion_quantizes_only_the_skip_side(quantized):
+    graph = Graph(quantized["trt-fusion"])
+    for add in graph.residual_adds():
+        gemm_side = [i for i in add.input if "dense/Add" in i or "output/Add" in i]
+        skip_side = [i for i in add.input if i not in gemm_side]
+        assert gemm_side and not any(graph.dequantized(i) for i in gemm_side), add.name
+        assert all(graph.dequantized(i) for i in skip_side), add.name
+    # attention is never half quantized (that would break both TensorRT's INT8 and its float fused attention)
+    assert attention_state(quantized["trt-fusion"]) in ("int8", "float")
+    assert lint_model(quantized["trt-fusion"]) == []
+
+
+def test_gemm_only_quantizes_only_matmul_and_gemm_inputs(quantized):
+    graph = Graph(quantized["gemm-only"])
+    activation_dqs = [n for n in graph.nodes if n.op_type == "DequantizeLinear" and graph.producer.get(n.input[0]) is not None]
+    assert activation_dqs
+    assert {c.op_type for n in activation_dqs for c in graph.consumers.get(n.output[0], [])} <= {"MatMul", "Gemm"}
+
+
+def test_attention_is_left_in_float_when_fused_int8_attention_is_impossible(bert_tiny_opt):
+    model = onnx.load(str(bert_tiny_opt), load_external_data=False)
+    assert plan_preset(PRESETS["trt-fusion"], model, 40).disable_mha_qdq is False
+    plan = plan_preset(PRESETS["trt-fusion"], model, 1024)
+    assert plan.disable_mha_qdq is True and "sequence <= 512" in plan.notes[0]
+    assert plan_preset(PRESETS["modelopt"], model, 1024).disable_mha_qdq is False
+
+
+def test_accuracy_figures_separate_a_broken_model(bert_tiny_opt, quantized, tmp_path):
+    profile = load_profile("bert-tiny")
+    feeds = [make_inputs(profile, seed=s) for s in range(8)]
+    good = tmp_path / "good.onnx"
+    onnx.save(quantized["trt-fusion"], good)
+    assert accuracy(bert_tiny_opt, good, feeds)["cosine_centered"] >= 0.99
+    broken = onnx.load(str(bert_tiny_opt))  # the score layer's weights zeroed: a constant score
+    for init in broken.graph.initializer:
+        if init.name == "match_model.score_layer.weight":
+            init.raw_data = bytes(len(init.raw_data))
+    onnx.save(broken, tmp_path / "broken.onnx")
+    figures = accuracy(bert_tiny_opt, tmp_path / "broken.onnx", feeds)
+    assert figures["cosine"] > 0.99, "the plain cosine cannot see it"
+    assert figures["cosine_centered"] < 0.5, "the gate's metric does"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("build")
+    result = run_cli("build", "--fp16", "--int8", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out, result
+
+
+def test_build_fp16_int8_records_the_figures(built):
+    out, result = built
+    stages = {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+    assert [s for s in stages] == ["export", "optimize", "fp16", "int8"]
+    fp16, int8 = stages["fp16"]["metrics"], stages["int8"]["metrics"]
+    assert fp16["accuracy"]["cosine_centered"] >= 0.999 and fp16["accuracy"]["cosine"] >= 0.999
+    assert int8["accuracy"]["cosine_centered"] >= 0.99 and int8["preset"] == "trt-fusion"
+    assert int8["lint"] == {"count": 0, "by_rule": {}} and int8["qdq_pairs"] > 0 and int8["calibration_samples"] == 16
+    for name in ("model.fp16.onnx", "model.int8.onnx"):
+        onnx.checker.check_model(str(out / name))
+    assert "lint findings" in result.stdout and json.loads((out / "int8.lint.json").read_text())["count"] == 0
+
+
+def test_accuracy_gate_fails_the_stage_with_the_figures(built):
+    out, _ = built
+    result = run_cli("build", "--int8", "--min-cosine", "0.9999999", "--out", str(out))
+    assert result.returncode == 1
+    assert "int8: accuracy below the gate: cosine_centered=" in result.stderr and "< 0.9999999" in result.stderr
+    stages = {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+    assert stages["int8"]["status"] == "failed"
+
+
+def test_compare_names_the_qdq_that_costs_accuracy(built):
+    out, _ = built
+    result = run_cli("compare", str(out / "model.opt.onnx"), str(out / "model.int8.onnx"), "--profile", "bert-tiny", "-f", "json")
+    data = json.loads(result.stdout)
+    growth = [n["growth"] for n in data["nodes"]]
+    assert growth == sorted(growth, reverse=True) and data["compared_tensors"] > 300
+    assert any(n["qdq"] and n["qdq"].endswith("QuantizeLinear") for n in data["nodes"][:10])
+    text = run_cli("compare", str(out / "model.opt.onnx"), str(out / "model.fp16.onnx"), "--profile", "bert-tiny")
+    assert text.returncode == 0 and "output error" in text.stdout
+
+
+def test_quantize_and_lint_commands(built, tmp_path):
+    out, _ = built
+    assert run_cli("quantize", str(out / "model.opt.onnx"), "-o", str(tmp_path / "x.onnx")).returncode == 2  # no --fp16/--int8
+    missing = run_cli("quantize", str(out / "model.opt.onnx"), "-o", str(tmp_path / "x.onnx"), "--int8")
+    assert missing.returncode == 2 and "needs calibration data" in missing.stderr
+    fp16 = run_cli("quantize", str(out / "model.opt.onnx"), "-o", str(tmp_path / "f.onnx"), "--fp16")
+    assert fp16.returncode == 0 and (tmp_path / "f.onnx").exists()
+    lint = run_cli("lint-qdq", str(out / "model.int8.onnx"), "-f", "json")
+    assert lint.returncode == 0 and json.loads(lint.stdout)["count"] == 0
