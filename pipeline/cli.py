@@ -53,6 +53,16 @@ class StageName(str, Enum):
     optimize = "optimize"
     fp16 = "fp16"
     int8 = "int8"
+    build = "build"
+    report = "report"
+    diff = "diff"
+    bench = "bench"
+
+
+class Verbosity(str, Enum):
+    none = "none"
+    layer_names_only = "layer_names_only"
+    detailed = "detailed"
 
 
 class PresetName(str, Enum):
@@ -102,6 +112,8 @@ def build(
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
     preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
     min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8].")] = None,
+    verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
+    weak_fp16: Annotated[bool, typer.Option("--weak-fp16", help="TensorRT 10.x only: also let the builder pick FP16 kernels (legacy weak typing).")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default: artifacts/<profile>].")] = None,
     until: Annotated[Optional[StageName], typer.Option(help="Stop after this stage.")] = None,
     strict: Annotated[bool, typer.Option(help="Fail (exit 3) instead of skipping a stage this machine cannot run.")] = False,
@@ -115,7 +127,8 @@ def build(
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
-    options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine}
+    options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
+               "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
     ctx = Context(loaded, out_dir, manifest, options)
     Runner(ctx, stdout_console(), force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
 
@@ -327,6 +340,76 @@ def compare(
         where = f"{row['node']} -> {row['qdq']}" if row["qdq"] else row["node"]
         lines.append(f"{where[:48]:<48} {row['op_type']:<20} {row['input_error']:>10.3g} {row['error']:>10.3g} {row['growth']:>10.3g}")
     _emit("\n".join(lines) + "\n", output)
+
+
+class Backend(str, Enum):
+    trt = "trt"
+    ort_cuda = "ort-cuda"
+    ort_cpu = "ort-cpu"
+
+
+@app.command(
+    help=(
+        "Latency (p50/p90/p99, mean) and throughput of a model, or of a build's FP32/FP16/INT8 models side by side "
+        "when ARTIFACT is an artifacts folder. trt: engines, CUDA events; ort-cuda / ort-cpu: ONNX files on "
+        "onnxruntime, wall time. Writes JSON and a PNG plot beside it.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline bench artifacts/bert-tiny --backend ort-cpu\n\n"
+        "  python -m pipeline bench artifacts/bert-tiny/model.int8.onnx --backend ort-cpu -o int8.json\n\n"
+        "  python -m pipeline bench artifacts/bert-tiny --backend trt --iterations 1000"
+    )
+)
+def bench(
+    artifact: Annotated[Path, typer.Argument(help="A model (.onnx / .engine) or an artifacts folder.")],
+    backend: Annotated[Backend, typer.Option(help="What runs the models.")] = Backend.ort_cpu,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 10,
+    iterations: Annotated[int, typer.Option(min=1, help="Timed runs per model.")] = 100,
+    batch: Annotated[Optional[int], typer.Option(min=1, help="Batch size, for profiles with a dynamic 'batch' dim.")] = None,
+    profile: ProfileOption = DEFAULT_PROFILE,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results JSON [default: <folder>/bench.<backend>.json]; the PNG goes beside it.")] = None,
+) -> None:
+    from rich.progress import Progress
+
+    from pipeline.fileio import write_json
+    from pipeline.profiles import load_profile
+    from pipeline.samples import make_inputs
+    from trt.bench import bench as run_bench
+    from trt.bench import plot
+
+    loaded = load_profile(profile)
+    models = _bench_models(artifact, backend.value)
+    dims = {}
+    if batch is not None:
+        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
+            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
+        dims["batch"] = batch
+    feeds = make_inputs(loaded, seed=4, dims=dims)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmark", total=iterations * len(models))
+        result = run_bench(models, backend.value, feeds, warmup, iterations,
+                           on_step=lambda label, done, total: progress.update(task, description=f"{label} {done}/{total}", advance=1))
+    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
+    write_json(target, result)
+    plot(result, target.with_suffix(".png"))
+    out = stdout_console()
+    for label, row in result["models"].items():
+        out.print(f"{label:>6}: p50 {row['p50_ms']:.3f} ms, p90 {row['p90_ms']:.3f}, p99 {row['p99_ms']:.3f}, mean {row['mean_ms']:.3f}, "
+                  f"{row['throughput_per_s']:.1f}/s", highlight=False)
+    out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False)
+
+
+def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
+    """One model, or a build folder's FP32 / FP16 / INT8 models for this backend."""
+    if artifact.is_file():
+        return {artifact.stem: artifact}
+    if not artifact.is_dir():
+        raise PipelineError(f"{artifact}: no such model file or artifacts folder")
+    names = {"fp32": "fp32.engine", "fp16": "fp16.engine", "int8": "int8.engine"} if backend == "trt" else {
+        "fp32": "model.opt.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
+    models = {label: artifact / name for label, name in names.items() if (artifact / name).is_file()}
+    if not models:
+        raise PipelineError(f"{artifact}: none of {', '.join(names.values())} here; run `python -m pipeline build` first")
+    return models
 
 
 class OutputFormat(str, Enum):

@@ -9,10 +9,10 @@ settings of each stage. `load_profile("bert-tiny")` finds `profiles/bert-tiny.to
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline import DEFAULT_PROFILE
@@ -126,7 +126,16 @@ class QuantSection(_Section):
 
 
 class BuildSection(_Section):
-    """Settings of the TensorRT build stage (filled by that stage's issue)."""
+    """Settings of the TensorRT build, profile and bench stages."""
+
+    verbosity: Literal["none", "layer_names_only", "detailed"] = "detailed"
+    workspace_mib: int = Field(default=4096, ge=16)
+    optimization_level: int = Field(default=3, ge=0, le=5)
+    log_severity: Literal["error", "warning", "info", "verbose"] = "info"
+    builder: Literal["python", "trtexec"] = "python"
+    profile_iterations: int = Field(default=20, ge=1)
+    bench_warmup: int = Field(default=20, ge=0)
+    bench_iterations: int = Field(default=200, ge=1)
 
 
 class Profile(_Section):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import InputError
 from pipeline.fileio import sha256_file
 from pipeline.runner import Context, Stage, StageResult, Status
 
@@ -231,10 +232,162 @@ INT8 = Stage(
 )
 
 
+PRECISION_SOURCES = (("fp32", "optimize"), ("fp16", "fp16"), ("int8", "int8"))
+
+
+def _engine_inputs(ctx: Context) -> dict[str, Path]:
+    """The ONNX file each precision's engine is built from (FP32 always; FP16 / INT8 when requested)."""
+    wanted = {"fp32": True, "fp16": ctx.options.get("fp16"), "int8": ctx.options.get("int8")}
+    return {prec: ctx.input(stage, "onnx") for prec, stage in PRECISION_SOURCES if wanted[prec]}
+
+
+def _shapes(ctx: Context) -> dict:
+    if not ctx.profile.dynamic:
+        return {}
+    return {spec.name: tuple(ctx.profile.shape(spec, which) for which in ("min", "opt", "max")) for spec in ctx.profile.inputs}
+
+
+def _skip_without_tensorrt(what: str) -> StageResult | None:
+    from trt.capability import DOCKER_NEXT_STEP, tensorrt_missing
+
+    missing = tensorrt_missing()
+    if missing is None:
+        return None
+    return StageResult({}, skipped=True, reason=f"{what} needs TensorRT and a GPU: {missing}; {DOCKER_NEXT_STEP}", capability_missing=True)
+
+
+def _build_fingerprint(ctx: Context) -> dict[str, Any]:
+    return {
+        "onnx": {prec: sha256_file(path) for prec, path in _engine_inputs(ctx).items()},
+        "settings": ctx.profile.build.model_dump(), "options": [ctx.options.get("verbosity"), ctx.options.get("weak_fp16")],
+        "code": _code_hashes("trt.engine", "trt.versions"),
+    }
+
+
+def _run_build(ctx: Context, status: Status) -> StageResult:
+    import subprocess
+
+    skipped = _skip_without_tensorrt("building engines")
+    if skipped:
+        return skipped
+    from pipeline.samples import make_inputs
+    from trt.engine import BuildSettings, build_engine, profile_engine
+
+    b = ctx.profile.build
+    settings = BuildSettings(ctx.options.get("verbosity") or b.verbosity, b.workspace_mib, b.optimization_level, b.log_severity, bool(ctx.options.get("weak_fp16")))
+    outputs, metrics = {}, {}
+    for prec, onnx_path in _engine_inputs(ctx).items():
+        engine, layers, profile = ctx.out / f"{prec}.engine", ctx.out / f"{prec}.layers.json", ctx.out / f"{prec}.profile.json"
+        status(f"building the {prec} engine ({b.builder})")
+        if b.builder == "trtexec":
+            import tensorrt as trt
+
+            from trt.versions import for_version, trtexec_command
+
+            command = trtexec_command(for_version(trt.__version__), onnx_path, engine, layers, profile, settings.verbosity, _shapes(ctx),
+                                      b.workspace_mib, b.optimization_level, ctx.out / "timing.cache", settings.weak_fp16)
+            run = subprocess.run(command, capture_output=True, text=True)
+            (ctx.out / f"{prec}.build.log").write_text(run.stdout + run.stderr)
+            if run.returncode != 0:
+                raise InputError(f"build: trtexec failed for {prec} (exit {run.returncode}); see {ctx.out / f'{prec}.build.log'}")
+            metrics[prec] = {"builder": "trtexec", "command": command}
+        else:
+            metrics[prec] = build_engine(onnx_path, engine, layers, ctx.out / f"{prec}.build.log", ctx.out / "timing.cache", _shapes(ctx), settings)
+            status(f"profiling the {prec} engine per layer")
+            metrics[prec]["profiled_layers"] = profile_engine(engine, profile, make_inputs(ctx.profile, seed=3), b.profile_iterations)
+        outputs |= {f"{prec}_engine": engine, f"{prec}_layers": layers, f"{prec}_profile": profile, f"{prec}_log": ctx.out / f"{prec}.build.log"}
+    return StageResult(outputs, metrics)
+
+
+def _engines_built(ctx: Context) -> list[str]:
+    record = ctx.manifest.get("build")
+    if record is None or record.status not in ("done", "cached"):
+        return []
+    return [prec for prec, _ in PRECISION_SOURCES if f"{prec}_layers" in record.outputs]
+
+
+def _no_engine(what: str, ctx: Context) -> StageResult:
+    record = ctx.manifest.get("build")
+    why = f"the build stage was {record.status}" if record else "no build stage ran"
+    return StageResult({}, skipped=True, reason=f"{what}: no engine layer information ({why})", capability_missing=False)
+
+
+def _report_fingerprint(ctx: Context) -> dict[str, Any]:
+    return {"layers": {p: sha256_file(ctx.input("build", f"{p}_layers")) for p in _engines_built(ctx)}, "code": _code_hashes("trt.report", "trt.parsers", "trt.render")}
+
+
+def _run_report(ctx: Context, status: Status) -> StageResult:
+    if not _engines_built(ctx):
+        return _no_engine("report", ctx)
+    from pipeline.fileio import write_text
+    from trt.render import render
+    from trt.report import report_from_files
+
+    outputs, metrics = {}, {}
+    sources = dict(PRECISION_SOURCES)
+    for prec in _engines_built(ctx):
+        status(f"reporting the {prec} engine")
+        data = report_from_files(ctx.input("build", f"{prec}_layers"), ctx.input(sources[prec], "onnx"), ctx.input("build", f"{prec}_profile"))
+        for fmt in ("json", "html"):
+            write_text(ctx.out / f"{prec}.report.{fmt}", render(data, fmt, "report"))
+            outputs[f"{prec}_{fmt}"] = ctx.out / f"{prec}.report.{fmt}"
+        metrics[prec] = data["summary"] | {"findings": data["findings"]}
+    return StageResult(outputs, metrics)
+
+
+def _run_diff(ctx: Context, status: Status) -> StageResult:
+    built = _engines_built(ctx)
+    if not {"fp16", "int8"} <= set(built):
+        return _no_engine("diff (FP16 vs INT8)", ctx) if not built else StageResult({}, skipped=True, reason="diff needs both the FP16 and the INT8 engine (--fp16 --int8)")
+    from pipeline.fileio import write_text
+    from trt.diff import diff_from_files
+    from trt.render import render
+
+    status("diffing the FP16 and INT8 engines")
+    data = diff_from_files(ctx.input("build", "fp16_layers"), ctx.input("build", "int8_layers"), ctx.input("fp16", "onnx"), ctx.input("int8", "onnx"),
+                           ctx.input("build", "fp16_profile"), ctx.input("build", "int8_profile"))
+    for fmt in ("json", "html"):
+        write_text(ctx.out / f"diff.{fmt}", render(data, fmt, "diff"))
+    return StageResult({"json": ctx.out / "diff.json", "html": ctx.out / "diff.html"}, {"join": data["join"], "totals": data["totals"], "splits": len(data["splits"]), "findings": data["findings"]})
+
+
+def _run_bench(ctx: Context, status: Status) -> StageResult:
+    skipped = _skip_without_tensorrt("benchmarking engines")
+    if skipped:
+        return skipped
+    built = _engines_built(ctx)
+    if not built:
+        return _no_engine("bench", ctx)
+    from pipeline.fileio import write_json
+    from pipeline.samples import make_inputs
+    from trt.bench import bench, plot
+
+    b = ctx.profile.build
+    engines = {prec: ctx.input("build", f"{prec}_engine") for prec in built}
+    result = bench(engines, "trt", make_inputs(ctx.profile, seed=4), b.bench_warmup, b.bench_iterations,
+                   on_step=lambda label, done, total: status(f"timing {label} {done}/{total}"))
+    write_json(ctx.out / "bench.trt.json", result)
+    plot(result, ctx.out / "bench.trt.png")
+    return StageResult({"json": ctx.out / "bench.trt.json", "png": ctx.out / "bench.trt.png"}, {k: v["p50_ms"] for k, v in result["models"].items()})
+
+
+def _always(ctx: Context) -> dict[str, Any]:
+    """Fingerprint of stages that are cheap or depend on this machine: never cached."""
+    import time
+
+    return {"run": time.time_ns()}
+
+
+BUILD = Stage("build", _build_fingerprint, _run_build, key_metric=lambda m: ", ".join(f"{p}: {v.get('layers', '?')} layers" for p, v in m.items()))
+REPORT = Stage("report", _report_fingerprint, _run_report, key_metric=lambda m: ", ".join(f"{p}: {v['myelin_graphs']} Myelin graphs / {v['layers']} layers" for p, v in m.items()))
+DIFF = Stage("diff", _always, _run_diff, key_metric=lambda m: f"{m['splits']} fused groups split; layers {m['totals']['layers']['a']} -> {m['totals']['layers']['b']}")
+BENCH = Stage("bench", _always, _run_bench, key_metric=lambda m: ", ".join(f"{p} p50 {v:.3f} ms" for p, v in m.items()))
+
+
 def build_plan(ctx: Context) -> list[Stage]:
     plan = [EXPORT, OPTIMIZE]
     if ctx.options.get("fp16"):
         plan.append(FP16)
     if ctx.options.get("int8"):
         plan.append(INT8)
-    return plan
+    return [*plan, BUILD, REPORT, DIFF, BENCH]

@@ -114,7 +114,7 @@ def _qdq_after_gemm(g: _Graph) -> list[Finding]:
                 out.append(Finding(
                     "qdq-after-gemm", [gemm.name, q.name, dq.name, node.name],
                     f"{q.name}/{dq.name} quantize the output of {gemm.op_type} {gemm.name} before {node.op_type} {node.name}, which would fuse into it",
-                    f"remove this Q/DQ pair (TensorRT quantizes GEMM inputs, not outputs; preset trt-fusion does this)",
+                    "remove this Q/DQ pair (TensorRT quantizes GEMM inputs, not outputs; preset trt-fusion does this)",
                 ))
     return out
 

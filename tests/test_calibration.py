@@ -3,9 +3,9 @@
 import numpy as np
 import onnx
 import pytest
+from conftest import run_cli
 from onnx import TensorProto, helper
 
-from conftest import run_cli
 from pipeline.errors import InputError
 from pipeline.profiles import load_profile
 from quant.calibration import load_npz, model_inputs, split, synthetic

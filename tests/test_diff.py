@@ -3,6 +3,7 @@
 import json
 
 from conftest import run_cli
+
 from trt.diff import diff_from_files
 from trt.parsers import parse_layer_info
 

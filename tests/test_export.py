@@ -5,8 +5,8 @@ import re
 import numpy as np
 import onnx
 import pytest
-
 from conftest import TINY_MLP_PROFILE, write_profile
+
 from pipeline.errors import InputError, ProfileError, StageFailed
 from pipeline.export import export_model
 from pipeline.profiles import load_profile

@@ -3,8 +3,8 @@
 import numpy as np
 import onnx
 import pytest
-
 from conftest import run_cli, write_profile
+
 from pipeline.export import export_model
 from pipeline.optimize import optimize_file
 from pipeline.profiles import load_profile

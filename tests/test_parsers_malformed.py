@@ -5,10 +5,10 @@ import json
 import re
 
 import pytest
+from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
 from pipeline.errors import InputError
 from trt.parsers import LayerInfoParseError, parse_layer_info, parse_timing
 from trt.plan import EnginePlan

@@ -1,8 +1,8 @@
 """Profile loading and validation: good profiles load; each bad one is one line naming file and key."""
 
 import pytest
-
 from conftest import REPO, run_cli, write_profile
+
 from pipeline.errors import ProfileError
 from pipeline.profiles import available_profiles, load_profile
 

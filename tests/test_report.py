@@ -4,9 +4,9 @@ import json
 from collections import Counter
 
 import pytest
-
 from conftest import REPO, run_cli
-from trt.parsers import parse_layer_info, parse_timing
+
+from trt.parsers import parse_timing
 from trt.report import report_from_files
 
 DESIGN_LAYER_KEYS = {"name", "type", "myelin", "myelin_graph", "onnx_nodes", "precision", "time_ms"}

@@ -191,7 +191,7 @@ def _parse_log(source: str, text: str) -> EnginePlan:
 
 def _split_fields(text: str) -> dict[str, str]:
     """`Key: value, Key: value` at bracket depth 0 (values may hold brackets, braces and commas)."""
-    fields, depth, start, key = {}, 0, 0, None
+    fields, depth, start = {}, 0, 0
     i = 0
     while i < len(text):
         char = text[i]
@@ -205,7 +205,6 @@ def _split_fields(text: str) -> dict[str, str]:
             i += 1
         i += 1
     _store(fields, text[start:])
-    del key
     return fields
 
 

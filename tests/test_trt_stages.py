@@ -1,0 +1,57 @@
+"""Without TensorRT or a GPU (this machine): the engine stages are skipped with the reason and the way
+forward, --strict turns that into exit 3; the onnxruntime CPU benchmark runs for real."""
+
+import json
+
+from conftest import TINY_MLP_PROFILE, run_cli, write_profile
+
+
+def stages(out):
+    return {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+
+
+def test_engine_stages_are_skipped_with_reason_and_next_step(tmp_path):
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("build", "--profile", str(profile), "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    recorded = stages(tmp_path / "out")
+    assert recorded["export"]["status"] == "done" and recorded["optimize"]["status"] == "done"
+    for name in ("build", "bench"):
+        assert recorded[name]["status"] == "skipped"
+        assert "TensorRT is not installed here (import tensorrt" in recorded[name]["reason"]
+        assert "docker run --rm --gpus all" in recorded[name]["reason"]
+    assert recorded["report"]["status"] == "skipped" and "the build stage was skipped" in recorded["report"]["reason"]
+    assert "Traceback" not in result.stderr
+
+
+def test_strict_exits_3_with_one_line(tmp_path):
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("build", "--strict", "--profile", str(profile), "--out", str(tmp_path / "out"))
+    assert result.returncode == 3
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --strict: building engines needs TensorRT and a GPU")
+    assert stages(tmp_path / "out")["build"]["status"] == "failed"
+
+
+def test_bench_ort_cpu_writes_json_and_png(tmp_path):
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE)
+    assert run_cli("export", "--profile", str(profile), "-o", str(tmp_path / "m.onnx")).returncode == 0
+    result = run_cli("bench", str(tmp_path / "m.onnx"), "--backend", "ort-cpu", "--iterations", "25", "--warmup", "2",
+                     "--profile", str(profile), "--batch", "3", "-o", str(tmp_path / "b.json"))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "b.json").read_text())
+    row = data["models"]["m"]
+    assert data["backend"] == "ort-cpu" and data["batch"] == 3 and row["iterations"] == 25
+    assert 0 < row["min_ms"] <= row["p50_ms"] <= row["p90_ms"] <= row["p99_ms"] <= row["max_ms"]
+    assert row["throughput_per_s"] > 0
+    assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_bad_inputs(tmp_path):
+    missing = run_cli("bench", str(tmp_path / "nope.onnx"))
+    assert missing.returncode == 2 and "no such model file or artifacts folder" in missing.stderr
+    empty = run_cli("bench", str(tmp_path))
+    assert empty.returncode == 2 and "run `python -m pipeline build` first" in empty.stderr
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    batch = run_cli("bench", str(tmp_path / "m.onnx"), "--batch", "4")
+    assert batch.returncode == 2 and "has no dynamic 'batch' dim" in batch.stderr

@@ -1,0 +1,93 @@
+"""Latency benchmark of one or more models: TensorRT engines (CUDA events), onnxruntime on CUDA
+or CPU (wall time). FP32, FP16 and INT8 side by side in one run, results as JSON plus a PNG."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.errors import CapabilityMissing, InputError
+
+BACKENDS = ("trt", "ort-cuda", "ort-cpu")
+
+
+def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: int, iterations: int, on_step) -> list[float]:
+    import onnxruntime as ort
+
+    if provider not in ort.get_available_providers():
+        raise CapabilityMissing(f"onnxruntime has no {provider} here")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=[provider])
+    if session.get_providers()[0] != provider:
+        raise CapabilityMissing(f"onnxruntime could not start {provider} for {path} (no usable GPU?)")
+    wanted = {i.name for i in session.get_inputs()}
+    feed = {k: v for k, v in feeds.items() if k in wanted}
+    for _ in range(warmup):
+        session.run(None, feed)
+    times = []
+    for step in range(iterations):
+        started = time.perf_counter()
+        session.run(None, feed)
+        times.append((time.perf_counter() - started) * 1000.0)
+        on_step(step + 1, iterations)
+    return times
+
+
+def summarize(times_ms: list[float], batch: int) -> dict[str, float]:
+    t = np.asarray(times_ms)
+    return {
+        "p50_ms": float(np.percentile(t, 50)), "p90_ms": float(np.percentile(t, 90)), "p99_ms": float(np.percentile(t, 99)),
+        "mean_ms": float(t.mean()), "min_ms": float(t.min()), "max_ms": float(t.max()),
+        "throughput_per_s": float(batch * 1000.0 / t.mean()), "iterations": len(times_ms),
+    }
+
+
+def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], warmup: int, iterations: int, on_step=lambda label, done, total: None) -> dict[str, Any]:
+    if backend not in BACKENDS:
+        raise InputError(f"--backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    batch = int(next(iter(feeds.values())).shape[0])
+    results = {}
+    for label, path in models.items():
+        if not path.is_file():
+            raise InputError(f"{path}: no such model file")
+        step = lambda done, total, label=label: on_step(label, done, total)  # noqa: E731
+        if backend == "trt":
+            from trt.engine import time_engine
+
+            times = time_engine(path, feeds, warmup, iterations, step)
+        else:
+            provider = "CUDAExecutionProvider" if backend == "ort-cuda" else "CPUExecutionProvider"
+            times = _ort_times(path, feeds, provider, warmup, iterations, step)
+        results[label] = {"model": str(path), **summarize(times, batch)}
+    return {
+        "backend": backend, "timing": "CUDA events (device)" if backend == "trt" else "wall clock per run",
+        "batch": batch, "input_shapes": {k: list(v.shape) for k, v in feeds.items()}, "warmup": warmup, "models": results,
+    }
+
+
+def plot(result: dict[str, Any], png: Path) -> None:
+    """Bar chart of p50 latency per model with p90 / p99 markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline.fileio import atomic_path
+
+    labels = list(result["models"])
+    rows = [result["models"][label] for label in labels]
+    figure, axis = plt.subplots(figsize=(max(4, 1.6 * len(labels)), 3.6), dpi=110)
+    axis.bar(labels, [r["p50_ms"] for r in rows], color="#76b900", label="p50")
+    axis.scatter(labels, [r["p90_ms"] for r in rows], color="#333333", marker="_", s=400, label="p90")
+    axis.scatter(labels, [r["p99_ms"] for r in rows], color="#cc3333", marker="_", s=400, label="p99")
+    axis.set_ylabel("latency (ms)")
+    axis.set_title(f"{result['backend']}, batch {result['batch']} ({result['timing']})", fontsize=9)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    with atomic_path(png) as tmp:
+        figure.savefig(tmp, format="png")
+    plt.close(figure)
