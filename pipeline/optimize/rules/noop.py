@@ -29,18 +29,22 @@ def _keeps_graph_output(node: ir.Node, source: ir.Value) -> str | None:
     return None
 
 
-class RemoveIdentity(Rule):
+class _Bypass(Rule):
+    """A rule whose check binds `source`, the value the matched node's output equals."""
+
+    def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
+        _bypass(node, bound["source"], ctx)
+
+
+class RemoveIdentity(_Bypass):
     name, anchor, priority = "remove-identity", "Identity", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
         source = node.inputs[0]
         return _keeps_graph_output(node, source) or {"source": source}
 
-    def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        _bypass(node, bound["source"], ctx)
 
-
-class RemoveSameTypeCast(Rule):
+class RemoveSameTypeCast(_Bypass):
     name, anchor, priority = "remove-same-type-cast", "Cast", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -51,11 +55,8 @@ class RemoveSameTypeCast(Rule):
             return "casts to another type"
         return _keeps_graph_output(node, source) or {"source": source}
 
-    def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        _bypass(node, bound["source"], ctx)
 
-
-class RemoveSameShapeReshape(Rule):
+class RemoveSameShapeReshape(_Bypass):
     name, anchor, priority = "remove-same-shape-reshape", "Reshape", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -73,9 +74,6 @@ class RemoveSameShapeReshape(Rule):
         if tuple(resolved) != shape_in:
             return "changes the shape"
         return _keeps_graph_output(node, source) or {"source": source}
-
-    def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        _bypass(node, bound["source"], ctx)
 
 
 class CancelTransposePair(Rule):
@@ -106,7 +104,7 @@ class CancelTransposePair(Rule):
         ctx.replace([first, node], [merged], [node.outputs[0]], [merged.outputs[0]])
 
 
-class RemoveDropout(Rule):
+class RemoveDropout(_Bypass):
     name, anchor, priority = "remove-dropout", "Dropout", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -118,11 +116,8 @@ class RemoveDropout(Rule):
                 return "training_mode is not constant false"
         return _keeps_graph_output(node, node.inputs[0]) or {"source": node.inputs[0]}
 
-    def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        _bypass(node, bound["source"], ctx)
 
-
-class RemoveNoOpExpand(Rule):
+class RemoveNoOpExpand(_Bypass):
     name, anchor, priority = "remove-noop-expand", "Expand", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -141,9 +136,6 @@ class RemoveNoOpExpand(Rule):
             if any(o is None for o in others) or _broadcast([shape_in, *others]) != _broadcast([shape_out, *others]):
                 return "a consumer's broadcast shape would change without it"
         return {"source": source}
-
-    def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        _bypass(node, bound["source"], ctx)
 
 
 def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
