@@ -9,20 +9,13 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
-def fixtures_dir() -> Path:
-    """Real TensorRT outputs: $TRT_PIPELINE_FIXTURES, else ../shared/fixtures/trt beside the repo."""
-    return Path(os.environ.get("TRT_PIPELINE_FIXTURES", REPO.parent / "shared" / "fixtures" / "trt"))
+TRT_DATA = TESTS / "data" / "trt"
 
 
 @pytest.fixture(scope="session")
 def trt_fixtures() -> Path:
-    path = fixtures_dir()
-    if not path.is_dir():
-        message = f"real TensorRT fixtures not found at {path} (set TRT_PIPELINE_FIXTURES)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
+    """Real TensorRT outputs, copied unchanged with their provenance (tests/data/trt/README.md)."""
+    return TRT_DATA
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
