@@ -14,8 +14,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from pipeline import DEFAULT_PROFILE, __version__
+from pipeline import DEFAULT_PROFILE, __version__, interrupts
 from pipeline.errors import PipelineError
+from pipeline.text import printable
 
 app = typer.Typer(
     name="pipeline",
@@ -118,19 +119,42 @@ def build(
     until: Annotated[Optional[StageName], typer.Option(help="Stop after this stage.")] = None,
     strict: Annotated[bool, typer.Option(help="Fail (exit 3) instead of skipping a stage this machine cannot run.")] = False,
     force: Annotated[bool, typer.Option(help="Rerun stages even when cached.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="If another build is writing to OUT, wait for it instead of exiting.")] = False,
 ) -> None:
+    from pipeline.fileio import remove_stale_temp_files
+    from pipeline.lock import folder_lock
     from pipeline.manifest import Manifest
-    from pipeline.profiles import load_profile
+    from pipeline.profiles import load_profile, shadowed_profile
     from pipeline.runner import Context, Runner
     from pipeline.stages import build_plan
 
+    _check_build_flags(fp16, int8, calib, preset, min_cosine)
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
-    manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
-    options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
-               "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
-    ctx = Context(loaded, out_dir, manifest, options)
-    Runner(ctx, stdout_console(), force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+    out_console = stdout_console()
+    out_console.print(f"profile {loaded.name} from {loaded.source}", highlight=False, markup=False)
+    if (ignored := shadowed_profile(profile)) is not None:
+        out_console.print(f"note: {ignored} is not used: the packaged profile {profile!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
+    with folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
+        for stale in remove_stale_temp_files(out_dir):
+            out_console.print(f"removed {stale.name}, left by an interrupted run", highlight=False, markup=False)
+        manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
+        if manifest.profile != loaded.name:
+            raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
+        options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
+                   "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
+        ctx = Context(loaded, out_dir, manifest, options)
+        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+
+
+def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
+    """Options that only a stage not requested would read are mistakes, not silently ignored."""
+    if calib is not None and not int8:
+        raise PipelineError("--calib is calibration data for the INT8 stage, which this build does not run; add --int8 or drop --calib")
+    if preset is not None and not int8:
+        raise PipelineError("--preset chooses the INT8 Q/DQ placement, which this build does not run; add --int8 or drop --preset")
+    if min_cosine is not None and not (fp16 or int8):
+        raise PipelineError("--min-cosine is the accuracy gate of the FP16/INT8 stages, which this build does not run; add --fp16/--int8 or drop it")
 
 
 @app.command(
@@ -149,8 +173,10 @@ def export(
     ] = None,
 ) -> None:
     from pipeline.export import export_model
+    from pipeline.fileio import check_outputs
     from pipeline.profiles import load_profile
 
+    check_outputs([output], [])
     loaded = load_profile(profile)
     if loaded.model.factory is None:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
@@ -180,11 +206,13 @@ def optimize(
     skip_rules: Annotated[Optional[str], typer.Option(help="Rules not to apply, comma-separated.")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
 ) -> None:
+    from pipeline.fileio import check_outputs
     from pipeline.optimize import optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:
         return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
+    check_outputs([output], [source])
     with console.status(f"optimizing {source}"):
         result = optimize_file(source, output, names(rules), names(skip_rules))
     out = stdout_console()
@@ -221,13 +249,17 @@ def quantize(
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib).")] = None,
     preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
 ) -> None:
+    from pipeline.fileio import check_outputs
+    from pipeline.onnxfile import load_onnx
     from pipeline.profiles import load_profile
     from pipeline.quiet import captured
 
     if not (fp16 or int8):
         raise PipelineError("quantize: give --fp16, --int8 or both")
-    if not source.is_file():
-        raise PipelineError(f"{source}: no such ONNX file")
+    if calib is not None and not int8:
+        raise PipelineError("--calib is calibration data for --int8, which this command was not given; add --int8 or drop --calib")
+    check_outputs([output], [source, calib])
+    load_onnx(source)
     out = stdout_console()
     if fp16 and not int8:
         from quant.fp16 import convert_fp16
@@ -275,10 +307,12 @@ def lint_qdq(
 ) -> None:
     import json
 
+    from pipeline.fileio import check_outputs
     from quant.lint import findings_json, lint_file
 
     if fmt not in ("text", "json"):
         raise PipelineError(f"--format {fmt!r}: use text or json")
+    check_outputs([output], [model])
     findings = lint_file(model, max_sequence)
     if fmt == "json":
         _emit(json.dumps(findings_json(findings), indent=2) + "\n", output)
@@ -319,8 +353,9 @@ def compare(
         raise PipelineError(f"--format {fmt!r}: use text or json")
     if (inputs is None) == (profile is None):
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
-    if not reference.is_file():
-        raise PipelineError(f"{reference}: no such ONNX file")
+    from pipeline.fileio import check_outputs
+
+    check_outputs([output], [reference, candidate, inputs])
     if inputs is not None:
         feeds = split(load_npz(inputs, model_inputs(reference)), 1)
     else:
@@ -370,7 +405,7 @@ def bench(
 ) -> None:
     from rich.progress import Progress
 
-    from pipeline.fileio import write_json
+    from pipeline.fileio import check_outputs, write_json
     from pipeline.profiles import load_profile
     from pipeline.samples import make_inputs
     from trt.bench import bench as run_bench
@@ -378,6 +413,8 @@ def bench(
 
     loaded = load_profile(profile)
     models = _bench_models(artifact, backend.value)
+    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
+    check_outputs([target, target.with_suffix(".png")], list(models.values()))
     dims = {}
     if batch is not None:
         if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
@@ -388,7 +425,6 @@ def bench(
         task = progress.add_task("benchmark", total=iterations * len(models))
         result = run_bench(models, backend.value, feeds, warmup, iterations,
                            on_step=lambda label, done, total: progress.update(task, description=f"{label} {done}/{total}", advance=1))
-    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
     write_json(target, result)
     plot(result, target.with_suffix(".png"))
     out = stdout_console()
@@ -403,7 +439,7 @@ def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
     if artifact.is_file():
         return {artifact.stem: artifact}
     if not artifact.is_dir():
-        raise PipelineError(f"{artifact}: no such model file or artifacts folder")
+        raise PipelineError(f"{artifact}: no such model file or artifacts folder; pass a .onnx/.engine file or a build's output folder")
     names = {"fp32": "fp32.engine", "fp16": "fp16.engine", "int8": "int8.engine"} if backend == "trt" else {
         "fp32": "model.opt.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
     models = {label: artifact / name for label, name in names.items() if (artifact / name).is_file()}
@@ -494,14 +530,56 @@ def diff(
 
 
 def main() -> None:
-    """Entry point: one line and the error's exit code for a PipelineError, unless --debug.
+    """Entry point: every failure is one line on stderr and an exit code, unless --debug.
 
-    Usage errors (unknown option, missing argument) are typer's: a message and exit 2.
+    0 ok; 1 a check failed or a bug (the line says which); 2 bad input or usage; 3 a capability
+    is missing under --strict; 130 interrupted (Ctrl-C).
     """
+    interrupts.install()
     try:
-        app()
-    except PipelineError as err:
-        if _debug:
+        code = app(standalone_mode=False)
+    except BaseException as err:  # noqa: BLE001 - each kind is described below, none escapes as a traceback
+        if _debug and not isinstance(err, SystemExit):
             raise
-        console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(err.exit_code)
+        code = _report_failure(err)
+    sys.exit(code or 0)
+
+
+def _report_failure(err: BaseException) -> int:
+    """Print one line for `err`; return the exit code."""
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else 1
+    if interrupts.interrupted() or isinstance(err, (KeyboardInterrupt, typer.Abort)):
+        _error_line("interrupted")
+        return interrupts.EXIT_CODE
+    if isinstance(err, PipelineError):
+        _error_line(str(err))
+        return err.exit_code
+    if isinstance(err, typer.TyperException):  # usage: unknown option, missing argument, bad value
+        context = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(err.format_message() + "\n")
+            return 0
+        command = context.command_path if context is not None else "python -m pipeline"
+        message = err.format_message().replace("Value error, ", "").rstrip(".")
+        _error_line(f"{message} (see `{command} --help`)")
+        return err.exit_code
+    if isinstance(err, OSError):
+        from pipeline.fileio import describe_os_error
+
+        _error_line(describe_os_error(err))
+        return 2
+    if isinstance(err, MemoryError):
+        _error_line("out of memory; use a smaller model, batch or sample count, or a machine with more memory")
+        return 1
+    _error_line(f"internal error (a bug in trt-pipeline): {type(err).__name__}: {_first_line(err)}; rerun with --debug and report the traceback")
+    return 1
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def _error_line(message: str) -> None:
+    console.print(f"error: {printable(message)}", markup=False, highlight=False, soft_wrap=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import logging
 import re
 import warnings
@@ -94,16 +95,26 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
     import torch
 
     module_name, function_name = profile.model.factory.split(":")
+    where = f"{profile.source}: model.factory {profile.model.factory!r}"
     if _find_spec(module_name, profile) is None:
-        raise ProfileError(f"{profile.source}: model.factory: module {module_name!r} is not importable; install it or fix the name")
-    factory = getattr(importlib.import_module(module_name), function_name, None)
+        raise ProfileError(f"{where}: module {module_name!r} is not importable; install it or fix the name")
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name, None)
+    except SyntaxError as err:
+        raise ProfileError(f"{where}: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
+    except Exception as err:  # the module's own top-level code failed
+        raise ProfileError(f"{where}: importing {module_name} raised {type(err).__name__}: {_first_line(err)}; fix the module (--debug shows the traceback)") from err
     if not callable(factory):
-        raise ProfileError(f"{profile.source}: model.factory: {module_name} has no function {function_name!r}")
+        raise ProfileError(f"{where}: {module_name} has no function {function_name!r}")
+    try:
+        inspect.signature(factory).bind(**profile.model.kwargs)
+    except TypeError as err:
+        raise ProfileError(f"{profile.source}: model.kwargs {sorted(profile.model.kwargs)} do not fit {function_name}{_signature(factory)}: {err}") from err
     torch.manual_seed(profile.model.seed)
     try:
         made = factory(**profile.model.kwargs)
-    except TypeError as err:
-        raise ProfileError(f"{profile.source}: model.kwargs do not fit {profile.model.factory}: {err}") from err
+    except Exception as err:  # the user's code: any exception is theirs to fix, told in one line
+        raise ProfileError(f"{where} raised {type(err).__name__}: {_first_line(err)}; fix the factory (--debug shows the traceback)") from err
     if isinstance(made, torch.nn.Module):
         made = (made,)
     if not (isinstance(made, (tuple, list)) and 1 <= len(made) <= 3 and isinstance(made[0], torch.nn.Module)):
@@ -250,10 +261,25 @@ def _summary(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def _signature(function) -> str:
+    try:
+        return str(inspect.signature(function))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
 def _find_spec(module_name: str, profile: Profile):
     try:
         return importlib.util.find_spec(module_name)
-    except (ImportError, ValueError) as err:
+    except SyntaxError as err:
+        raise ProfileError(f"{profile.source}: model.factory: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
+    except Exception as err:  # a parent package's __init__ runs here and may fail in any way
+        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {type(err).__name__}: {_first_line(err)}") from err
         raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {err}") from err
 
 
@@ -266,16 +292,20 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def check_onnx_file(path: Path) -> int:
-    """Validate a user's ONNX file cheaply; return its node count."""
-    import onnx
+def check_onnx_file(path: Path, profile: Profile) -> int:
+    """Check a user's ONNX file can start a build with this profile (weights not read); return its node count."""
+    from pipeline.onnxfile import load_onnx
 
-    if not path.is_file():
-        raise InputError(f"{path}: no such ONNX file; pass an existing .onnx path")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as err:  # protobuf raises DecodeError and others
-        raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__}); export it again or pass another file") from err
+    model = load_onnx(path)
     if not model.graph.node:
-        raise InputError(f"{path}: the ONNX graph has no nodes")
+        raise InputError(f"{path}: the ONNX graph has no nodes; export the model again")
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    if not inputs:
+        raise InputError(f"{path}: the model has no inputs, so there is nothing to feed or calibrate; export it with its inputs")
+    declared = [spec.name for spec in profile.inputs]
+    missing = [name for name in inputs if name not in declared]
+    if missing:
+        raise InputError(f"{path}: model input {missing[0]!r} is not in profile {profile.name}'s [[inputs]] ({', '.join(declared)}); "
+                         f"add it to {profile.source} (the model's inputs: {', '.join(inputs)})")
     return len(model.graph.node)

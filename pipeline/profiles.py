@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline import DEFAULT_PROFILE
 from pipeline.errors import ProfileError
+from pipeline.fileio import describe_os_error
 
 REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
@@ -78,7 +79,7 @@ class ModelSection(_Section):
 
     factory: str | None = Field(default=None, description="'package.module:function'")
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63, description="torch.manual_seed before the factory is called")
     onnx: Path | None = None
 
     @field_validator("factory")
@@ -186,14 +187,17 @@ def available_profiles() -> list[str]:
 
 
 def _search_dirs() -> list[Path]:
-    dirs = [Path.cwd() / "profiles", REPO_PROFILES]
+    """The packaged profiles first, then ./profiles: a local file never shadows a packaged name."""
+    dirs = [REPO_PROFILES, Path.cwd() / "profiles"]
     return [d for i, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:i]]]
 
 
 def resolve_profile_path(name_or_path: str) -> Path:
-    """`NAME` -> profiles/NAME.toml (cwd first, then the repository's); a path ending in .toml as given."""
+    """`NAME` -> profiles/NAME.toml (the packaged one first, then ./profiles); a path ending in .toml as given."""
     if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
         path = Path(name_or_path)
+        if path.is_dir():
+            raise ProfileError(f"profile {path} is a directory; pass a .toml file or a name from: {', '.join(available_profiles())}")
         if not path.is_file():
             raise ProfileError(f"profile file {path} does not exist; pass a .toml path or a name from: {', '.join(available_profiles())}")
         return path
@@ -207,10 +211,19 @@ def resolve_profile_path(name_or_path: str) -> Path:
     )
 
 
+def shadowed_profile(name_or_path: str) -> Path | None:
+    """A ./profiles/NAME.toml that is not used because a packaged profile has that name."""
+    local = Path.cwd() / "profiles" / f"{name_or_path}.toml"
+    used = resolve_profile_path(name_or_path)
+    return local if local.is_file() and local.resolve() != used.resolve() else None
+
+
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     path = resolve_profile_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ProfileError(describe_os_error(err, path, writing=False)) from err
     except UnicodeDecodeError as err:
         raise ProfileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the profile as UTF-8 TOML") from err
     except tomllib.TOMLDecodeError as err:

@@ -19,7 +19,9 @@ def _onnx_source(ctx: Context) -> Path | None:
 def _export_fingerprint(ctx: Context) -> dict[str, Any]:
     source = _onnx_source(ctx)
     if source is not None:
-        return {"onnx": str(source), "sha256": sha256_file(source) if source.is_file() else None}
+        from pipeline.fileio import require_file
+
+        return {"onnx": str(source), "sha256": sha256_file(require_file(source, "ONNX file", "pass an existing .onnx path"))}
     from pipeline.export import factory_fingerprint
 
     return factory_fingerprint(ctx.profile)
@@ -30,7 +32,7 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
     if source is not None:
         from pipeline.export import check_onnx_file
 
-        nodes = check_onnx_file(source)
+        nodes = check_onnx_file(source, ctx.profile)
         return StageResult({"onnx": source}, {"nodes": nodes}, skipped=True, reason=f"starting from {source}")
     from pipeline.export import export_model
 

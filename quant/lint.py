@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError
 from quant.presets import ACTIVATION_OPS, FLOAT_REGION_OPS, FUSED_ATTENTION_HEAD_SIZES, FUSED_ATTENTION_MAX_SEQUENCE, GEMM_OPS, attention_shapes
 
 RULES = ("qdq-after-gemm", "residual-skip-not-quantized", "qdq-into-float-region", "attention-not-fusable", "weight-without-dq", "concat-unequal-scales")
@@ -90,15 +89,9 @@ def lint_model(model, max_sequence: int | None = None) -> list[Finding]:
 
 
 def lint_file(path: Path, max_sequence: int | None = None) -> list[Finding]:
-    import onnx
+    from pipeline.onnxfile import load_onnx
 
-    if not path.is_file():
-        raise InputError(f"{path}: no such ONNX file")
-    try:
-        model = onnx.load(str(path))
-    except Exception as err:  # protobuf's DecodeError and friends
-        raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__})") from err
-    return lint_model(model, max_sequence)
+    return lint_model(load_onnx(path, weights=True), max_sequence)
 
 
 def _qdq_after_gemm(g: _Graph) -> list[Finding]:

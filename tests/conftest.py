@@ -18,11 +18,11 @@ def trt_fixtures() -> Path:
     return TRT_DATA
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `python -m pipeline ARGS` as a user would; tests' factories are importable."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "COLUMNS": "200"}
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, path: tuple[Path, ...] = (), **popen) -> subprocess.CompletedProcess:
+    """Run `python -m pipeline ARGS` as a user would; tests' factories (and `path`) are importable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), *map(str, path)]), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **popen
     )
 
 
@@ -56,4 +56,23 @@ max = 16
 name = "x"
 dtype = "float32"
 shape = ["batch", 8]
+"""
+
+
+SMALL_MLP_PROFILE = """
+name = "small-mlp"
+[model]
+factory = "factories:small_mlp"
+seed = 5
+[dims.batch]
+min = 1
+opt = 4
+max = 16
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["batch", 32]
+[quant]
+samples = 8
+accuracy_samples = 4
 """

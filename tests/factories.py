@@ -51,3 +51,8 @@ class HandWrittenBlock(nn.Module):
 
 def hand_written_block():
     return HandWrittenBlock()
+
+
+def small_mlp():
+    """Big enough for ModelOpt to quantize (it skips GEMMs with K or N < 16)."""
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))

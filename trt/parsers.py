@@ -77,9 +77,9 @@ def parse_layer_info(path: Path | str, input_format: str = "auto") -> EnginePlan
 
 
 def _read_text(path: Path, what: str) -> str:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; pass the {what} file TensorRT or trtexec wrote")
-    data = path.read_bytes()
+    from pipeline.fileio import require_file
+
+    data = require_file(path, f"{what} file", f"pass the {what} file TensorRT or trtexec wrote").read_bytes()
     if not data.strip():
         raise LayerInfoParseError(str(path), "empty file", "byte 0", "the file is empty", f"TensorRT {what}")
     if b"\x00" in data[:65536]:

@@ -45,20 +45,30 @@ def select_rules(only: list[str] | None = None, skip: list[str] | None = None) -
     return [r for r in ALL_RULES if (not only or r.name in only) and r.name not in (skip or [])]
 
 
+def _external_tensors(model) -> list[tuple[str, str, int, int | None]]:
+    """(name, location, offset, length) of the weights onnx_ir left on disk (external data)."""
+    import onnx_ir as ir
+
+    return [(v.name, str(v.const_value.location), v.const_value.offset or 0, v.const_value.length)
+            for v in model.graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
+
+
 def optimize_file(source: Path, target: Path, only: list[str] | None = None, skip: list[str] | None = None) -> OptimizeResult:
     import onnx_ir as ir
     from onnx_ir.passes.common import ShapeInferencePass
 
+    from pipeline.fileio import require_file
+    from pipeline.onnxfile import HINT, check_external_data
     from pipeline.optimize.engine import run_rules
     from pipeline.optimize.writer import write_model
 
     rules = select_rules(only, skip)
-    if not Path(source).is_file():
-        raise InputError(f"{source}: no such ONNX file")
+    require_file(source, "ONNX model", HINT)
     try:
         model = ir.load(source)
     except Exception as err:  # protobuf and onnx_ir raise several types
-        raise InputError(f"{source}: not a readable ONNX model ({type(err).__name__}: {str(err)[:200]})") from err
+        raise InputError(f"{source}: not an ONNX model (protobuf cannot parse it: {type(err).__name__}); {HINT}") from err
+    check_external_data(_external_tensors(model), Path(source))
     before = Counter(node.op_type for node in model.graph)
     # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
     model = ShapeInferencePass()(model).model
