@@ -467,13 +467,16 @@ DepthOption = Annotated[int, typer.Option(min=1, max=12, help="Module scope dept
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
+    """Write a command's result to stdout or `output`; control characters from model or engine
+    names are escaped (JSON already escapes them, so only text and Markdown change)."""
+    text = printable(text)
     if output is None:
         sys.stdout.write(text)
         return
     from pipeline.fileio import write_text
 
     write_text(output, text)
-    console.print(f"wrote {output}", highlight=False)
+    console.print(f"wrote {output}", highlight=False, markup=False)
 
 
 @app.command(
@@ -538,6 +541,9 @@ def main() -> None:
     interrupts.install()
     try:
         code = app(standalone_mode=False)
+        if interrupts.interrupted():  # typer turns a KeyboardInterrupt into a silent exit 130
+            _error_line("interrupted")
+            code = interrupts.EXIT_CODE
     except BaseException as err:  # noqa: BLE001 - each kind is described below, none escapes as a traceback
         if _debug and not isinstance(err, SystemExit):
             raise

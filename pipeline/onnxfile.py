@@ -19,7 +19,7 @@ from pipeline.fileio import describe_os_error, require_file
 HINT = "pass an ONNX file written by torch.onnx.export or onnx.save"
 
 
-def load_onnx(path: Path | str, what: str = "ONNX model", hint: str = HINT, weights: bool = False):
+def load_onnx(path: Path | str, what: str = "ONNX file", hint: str = HINT, weights: bool = False):
     """The parsed ModelProto of a readable ONNX file (weights left on disk unless `weights`)."""
     import onnx
     from google.protobuf.message import DecodeError

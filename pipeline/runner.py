@@ -21,7 +21,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pipeline import interrupts
-from pipeline.errors import CapabilityMissing, PipelineError
+from pipeline.errors import CapabilityMissing, InputError, PipelineError
 from pipeline.fileio import sha256_file, sha256_json
 from pipeline.manifest import USABLE, Manifest, StageRecord, downstream
 from pipeline.profiles import Profile
@@ -52,8 +52,9 @@ class Context:
         record = self.manifest.get(stage)
         path = self.manifest.output_path(stage, label)
         if record is None or record.status not in USABLE or path is None or not path.exists():
-            state = f"is {record.status}" if record is not None and record.status not in USABLE else f"has no {label!r} output"
-            raise PipelineError(f"stage {stage!r} {state} in {self.manifest.path}; run it first (python -m pipeline build ... --until {stage})")
+            states = {"failed": "failed", "interrupted": "was interrupted", "stale": "is out of date (stale)"}
+            state = states.get(record.status, f"has no {label!r} output") if record is not None else "has not run"
+            raise InputError(f"stage {stage!r} {state} in {self.manifest.path}; run it first (python -m pipeline build ... --until {stage})")
         return path
 
 

@@ -73,6 +73,6 @@ name = "x"
 dtype = "float32"
 shape = ["batch", 32]
 [quant]
-samples = 8
+samples = 1024  # calibration long enough (about a second) for the tests to interrupt it
 accuracy_samples = 4
 """

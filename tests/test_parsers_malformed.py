@@ -53,7 +53,7 @@ def test_empty_file(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(InputError, match="no such file"):
+    with pytest.raises(InputError, match="no such layer information file"):
         parse_layer_info(tmp_path / "nope.json")
 
 

@@ -63,7 +63,7 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     from pipeline.optimize.writer import write_model
 
     rules = select_rules(only, skip)
-    require_file(source, "ONNX model", HINT)
+    require_file(source, "ONNX file", HINT)
     try:
         model = ir.load(source)
     except Exception as err:  # protobuf and onnx_ir raise several types
