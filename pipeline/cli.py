@@ -270,7 +270,6 @@ def quantize(
         return
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
-    from quant.lint import lint_file
 
     if calib is None and profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
@@ -284,7 +283,7 @@ def quantize(
         with captured():
             result = quantize_int8(source, output, data, batch, preset.value, "fp16" if fp16 else "fp32",
                                    on_step=lambda done, total: progress.update(task, completed=done, total=total))
-    findings = lint_file(output)
+    findings = result.findings
     out.print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
               f"lint-qdq: {len(findings)} findings", highlight=False)
 

@@ -23,7 +23,7 @@ from pipeline.fileio import atomic_path, sha256_file
 from pipeline.profiles import Profile
 from pipeline.quiet import captured
 from pipeline.samples import check_sizes, make_inputs
-from pipeline.verify import max_abs_diff, run_onnx
+from pipeline.verify import OnnxSession, max_abs_diff
 
 Status = Callable[[str], None]
 
@@ -159,12 +159,13 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> Ex
     import torch
 
     worst, checked = 0.0, []
+    session = OnnxSession(onnx_path)
     for i, sizes in enumerate(check_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         with torch.no_grad():
             expected = module(*(torch.from_numpy(a) for a in feeds.values()))
         expected_list = [t.numpy() for t in (expected if isinstance(expected, (tuple, list)) else [expected])]
-        actual = run_onnx(onnx_path, feeds)
+        actual = session.run(feeds)
         try:
             diff = max_abs_diff(expected_list, actual)
         except ValueError as err:

@@ -47,6 +47,7 @@ class Context:
     out: Path
     manifest: Manifest
     options: dict[str, Any] = field(default_factory=dict)
+    cache: dict[Any, Any] = field(default_factory=dict)  # results stages share within one build (e.g. FP32 outputs)
 
     def input(self, stage: str, label: str) -> Path:
         record = self.manifest.get(stage)

@@ -61,3 +61,24 @@ def check_sizes(profile: Profile) -> list[dict[str, int]]:
         return [opt]
     alternate = {name: min(d.max, max(d.min, 2 if d.opt == 1 else d.opt // 2)) for name, d in profile.dims.items()}
     return [opt, alternate] if alternate != opt else [opt]
+
+
+def stack_batches(profile: Profile, feed_sets: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The feed sets concatenated along the batch axis, as many per run as the profile's dynamic
+    batch dim allows (one run instead of one per sample); unchanged when the inputs have no
+    common dynamic first dim."""
+    first = {spec.shape[0] for spec in profile.inputs}
+    name = next(iter(first))
+    if len(first) != 1 or not isinstance(name, str) or profile.dims[name].min == profile.dims[name].max or not feed_sets:
+        return feed_sets
+    limit = profile.dims[name].max
+    batches: list[list[dict[str, np.ndarray]]] = [[]]
+    rows = 0
+    for feeds in feed_sets:
+        size = next(iter(feeds.values())).shape[0]
+        if batches[-1] and rows + size > limit:
+            batches.append([])
+            rows = 0
+        batches[-1].append(feeds)
+        rows += size
+    return [{key: np.concatenate([f[key] for f in group]) for key in group[0]} for group in batches]

@@ -125,10 +125,28 @@ def _modelopt_version() -> str | None:
 
 
 def _held_out(ctx: Context) -> list[dict]:
-    from pipeline.samples import make_inputs
+    """The held-out accuracy samples (seeds apart from calibration's), stacked into as few runs as the batch dim allows."""
+    from pipeline.samples import make_inputs, stack_batches
     from quant.calibration import HELD_OUT_SEED
 
-    return [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)]
+    return stack_batches(ctx.profile, [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)])
+
+
+def _accuracy(ctx: Context, candidate: Path, label: str, status: Status) -> dict[str, Any]:
+    """Accuracy of `candidate` against the optimized FP32 model, whose outputs are computed once per
+    build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256)."""
+    from quant.accuracy import accuracy, model_outputs
+
+    source = ctx.input("optimize", "onnx")
+    record = ctx.manifest.get("optimize")
+    key = ("fp32 outputs", record.output_sha256.get("onnx") or sha256_file(source))
+    batches = _held_out(ctx)
+    samples = ctx.profile.quant.accuracy_samples
+    if key not in ctx.cache:
+        status(f"running the FP32 model on {samples} held-out samples")
+        ctx.cache[key] = model_outputs(source, batches)
+    status(f"running the {label} model on {samples} held-out samples")
+    return accuracy(ctx.cache[key], model_outputs(candidate, batches), samples)
 
 
 def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
@@ -156,7 +174,6 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
 def _run_fp16(ctx: Context, status: Status) -> StageResult:
     from pipeline.fileio import atomic_path
     from pipeline.quiet import captured
-    from quant.accuracy import accuracy
     from quant.fp16 import convert_fp16
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.fp16.onnx"
@@ -164,8 +181,7 @@ def _run_fp16(ctx: Context, status: Status) -> StageResult:
         status("converting to FP16 with ModelOpt AutoCast")
         with captured(ctx.out / "fp16.log"):
             result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes)
-        status(f"checking accuracy on {q.accuracy_samples} held-out samples")
-        figures = accuracy(source, tmp, _held_out(ctx))
+        figures = _accuracy(ctx, tmp, "FP16", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
         _gate("fp16", figures, minimum)
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
@@ -188,10 +204,9 @@ def _int8_fingerprint(ctx: Context) -> dict[str, Any]:
 def _run_int8(ctx: Context, status: Status) -> StageResult:
     from pipeline.fileio import atomic_path, write_json
     from pipeline.quiet import captured
-    from quant.accuracy import accuracy
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
-    from quant.lint import findings_json, lint_file
+    from quant.lint import findings_json
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.int8.onnx"
     preset = ctx.options.get("preset") or q.preset
@@ -207,10 +222,8 @@ def _run_int8(ctx: Context, status: Status) -> StageResult:
     with atomic_path(target) as tmp:
         with captured(ctx.out / "int8.log"):
             result = quantize_int8(source, tmp, calibration, batch, preset, q.int8_float_dtype, q.calibration_method, max_sequence, on_step=step)
-        status("linting the Q/DQ placement")
-        lint = findings_json(lint_file(tmp, max_sequence))
-        status(f"checking accuracy on {q.accuracy_samples} held-out samples")
-        figures = accuracy(source, tmp, _held_out(ctx))
+        lint = findings_json(result.findings)
+        figures = _accuracy(ctx, tmp, "INT8", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_int8
         _gate("int8", figures, minimum)
     write_json(ctx.out / "int8.lint.json", lint)

@@ -31,6 +31,7 @@ class Int8Result:
     qdq_pairs: int
     qdq_removed_by_preset: list[str]
     notes: list[str]
+    findings: list  # quant.lint.Finding: the result's Q/DQ placement checked against TensorRT's rules
 
 
 def _reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
@@ -72,6 +73,7 @@ def quantize_int8(
     from modelopt.onnx.quantization import quantize
 
     from pipeline.onnxfile import external_tensors, load_onnx, private_copy
+    from quant.lint import lint_model
     from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
 
     if preset_name not in PRESETS:
@@ -103,7 +105,8 @@ def quantize_int8(
         onnx.save(model, str(tmp))
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")
     notes = [*plan.notes, f"attention MatMuls in the result: {attention_state(model)}"]
-    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes)
+    findings = lint_model(model, max_sequence)
+    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes, findings)
 
 
 def _first_line(err: BaseException) -> str:

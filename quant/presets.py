@@ -54,7 +54,7 @@ def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
     """(MatMul name, head size, sequence length) of each attention score MatMul (its output reaches a Softmax)."""
     import onnx
 
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
     shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
               for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -69,6 +69,25 @@ def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
         scores = shapes.get(node.output[0]) or []
         found.append((node.name, query[-1] if query else None, scores[-1] if scores else None))
     return found
+
+
+WEIGHT_ELEMENTS = 1024  # larger initializers are weights: shape inference needs their shape, not their values
+
+
+def _without_weights(model):
+    """A copy of `model` whose large initializers keep their type and shape but not their data:
+    shape inference then costs milliseconds instead of serializing every weight."""
+    import math
+
+    import onnx
+
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for tensor in light.graph.initializer:
+        if math.prod(tensor.dims) > WEIGHT_ELEMENTS:
+            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                tensor.ClearField(data)
+    return light
 
 
 def attention_state(model) -> str:
