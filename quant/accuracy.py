@@ -17,12 +17,16 @@ from pipeline.verify import run_onnx
 
 
 def accuracy(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> dict[str, Any]:
-    expected = [np.concatenate([np.asarray(o, np.float64).reshape(-1) for o in run_onnx(reference, f)]) for f in feed_sets]
-    actual = [np.concatenate([np.asarray(o, np.float64).reshape(-1) for o in run_onnx(candidate, f)]) for f in feed_sets]
-    ref, got = np.concatenate(expected), np.concatenate(actual)
+    return agreement([run_onnx(reference, f) for f in feed_sets], [run_onnx(candidate, f) for f in feed_sets])
+
+
+def agreement(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]]) -> dict[str, Any]:
+    """The figures of `actual` against `expected`: per sample, the outputs in the same order."""
+    ref = np.concatenate([np.asarray(o, np.float64).reshape(-1) for outputs in expected for o in outputs])
+    got = np.concatenate([np.asarray(o, np.float64).reshape(-1) for outputs in actual for o in outputs])
     centre = ref.mean()
     return {
-        "samples": len(feed_sets),
+        "samples": len(expected),
         "max_abs_diff": float(np.max(np.abs(ref - got))),
         "cosine": _cosine(ref, got),
         "cosine_centered": _cosine(ref - centre, got - centre),
