@@ -3,10 +3,14 @@ Docker image's), 10.13.0.35 and 11.4.0.106, with strict doubles of the factories
 (tests/conformance). What a version's flags must be comes from that version's real enums (`facts`)."""
 
 import json
+import os
+import subprocess
+import sys
 from collections import defaultdict
 
 import pytest
 from conformance.scenarios import OLD_CACHE, PROFILE_RUNS, PROFILE_WARMUP, TIMED_RUNS, TIMING_WARMUP
+from conftest import REPO, TESTS
 from trt_bindings import LAYER_INFORMATION, VERSIONS
 
 pytestmark = pytest.mark.conformance
@@ -266,3 +270,14 @@ def test_what_11_removed_fails_there_and_works_on_10(conformance, version, scena
         assert result["error"] is None and result["value"] == {"accepted": True}
     else:
         assert (result["error"] or "accepted").startswith(error)
+
+
+@pytest.mark.parametrize(("ci", "outcome_line"), [("", "1 skipped"), ("true", "1 failed")])
+def test_without_a_compiler_the_tests_skip_here_and_fail_under_ci(tmp_path, ci, outcome_line):
+    """No `cc` on PATH and an empty cache: the bindings cannot be prepared; CI=true turns the skip into a failure."""
+    env = {**os.environ, "PATH": str(tmp_path), "TRT_PIPELINE_CACHE": str(tmp_path / "cache"), "CI": ci,
+           "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
+    test = "tests/test_trt_conformance.py::test_the_bindings_are_the_version_asked_for[10.8.0.43]"
+    run = subprocess.run([sys.executable, "-m", "pytest", test, "-p", "no:cacheprovider", "-rsf"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert outcome_line in run.stdout and "no C compiler (cc) to build the stub TensorRT libraries" in run.stdout, run.stdout[-2000:]

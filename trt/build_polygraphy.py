@@ -23,8 +23,7 @@ from trt.versions import check_weak_fp16, for_version
 def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, settings: BuildSettings) -> dict[str, Any]:
     """Build `onnx` with Polygraphy's loaders; write engine, layer JSON, build log and timing cache (atomically)."""
     import tensorrt as trt
-    from polygraphy.backend.trt import CreateConfig, PostprocessConfig, Profile, engine_bytes_from_network, network_from_onnx_path
-    from polygraphy.backend.trt.util import get_trt_logger
+    from polygraphy.backend.trt import CreateConfig, PostprocessConfig, engine_bytes_from_network, get_trt_logger, network_from_onnx_path
     from polygraphy.exception import PolygraphyException
 
     if settings.weak_fp16:
@@ -37,16 +36,16 @@ def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, setti
         applied["cache"] = use_timing_cache(trt, config, cached, paths.timing_cache, lines)
         applied["config"] = config
 
-    config = CreateConfig(
-        tf32=True,
-        fp16=settings.weak_fp16,
-        profiles=[_profile(Profile, shapes)] if shapes else None,
-        profiling_verbosity=getattr(trt.ProfilingVerbosity, VERBOSITY[settings.verbosity]),
-        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_mib << 20},
-        builder_optimization_level=settings.optimization_level,
-    )
     try:
         with polygraphy_log(lines, settings.log_severity):
+            config = CreateConfig(
+                tf32=True,
+                fp16=settings.weak_fp16,
+                profiles=[_profile(shapes)] if shapes else None,
+                profiling_verbosity=getattr(trt.ProfilingVerbosity, VERBOSITY[settings.verbosity]),
+                memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_mib << 20},
+                builder_optimization_level=settings.optimization_level,
+            )
             network = network_from_onnx_path(str(onnx), strongly_typed=not settings.weak_fp16)
             engine = engine_bytes_from_network(network, PostprocessConfig(config, timing_cache))
             layers = save_engine(trt, get_trt_logger(), bytes(engine), bytes(applied["config"].get_timing_cache().serialize()), paths)
@@ -60,9 +59,11 @@ def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, setti
             "timing_cache": applied["cache"]}
 
 
-def _profile(profile_class, shapes: Shapes):
+def _profile(shapes: Shapes):
     """One optimization profile from the profile's min/opt/max shapes."""
-    profile = profile_class()
+    from polygraphy.backend.trt import Profile
+
+    profile = Profile()
     for name, (low, opt, high) in shapes.items():
         profile.add(name, min=low, opt=opt, max=high)
     return profile
