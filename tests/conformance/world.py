@@ -182,7 +182,7 @@ class World:
     def install(self) -> World:
         import polygraphy.cuda.cuda as polygraphy_cuda
 
-        import trt.capability
+        import trt.capability as capability
 
         for name in FACTORIES:
             ORIGINALS.setdefault(name, getattr(self.trt, name))
@@ -191,7 +191,7 @@ class World:
         self.trt.OnnxParser = self._factory("OnnxParser", self._parser)
         sys.modules["cupy"] = self._cupy()
         polygraphy_cuda.G_CUDA = self._polygraphy_cuda(polygraphy_cuda)
-        trt.capability.cuda_device_present = lambda: True
+        capability.cuda_device_present = lambda: True  # the simulated GPU is there
         return self
 
     def _factory(self, name: str, answers):
@@ -215,7 +215,6 @@ class World:
             "create_optimization_profile": lambda: self.doubles.make(trt.IOptimizationProfile),
             "build_serialized_network": lambda network, config, *kernel_text: self._build(logger, network),
             "logger": logger,
-            "num_DLA_cores": 0,
         }
 
     def _network(self):
