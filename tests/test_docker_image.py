@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import tomllib
 from conftest import REPO
-from trt_bindings import cache_folder
+from trt_bindings import cache_folder, skip_or_fail
 
 REQUIREMENTS = REPO / "docker" / "requirements.txt"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/cu128"
@@ -66,7 +66,7 @@ def image_problems(report: dict) -> list[str]:
 
 
 def resolve(arguments: list[str], workdir: Path) -> tuple[dict | None, str]:
-    """pip's dry-run report for the image's platform, or None and pip's last error line.
+    """pip's dry-run report for the image's platform, or None and pip's error output.
 
     A package pip finds no wheel for is built into a wheel when it is a small pure-Python source
     package (cppimport, which nvidia-modelopt[onnx] needs, is published only as source); such wheels
@@ -83,7 +83,7 @@ def resolve(arguments: list[str], workdir: Path) -> tuple[dict | None, str]:
             return json.loads((workdir / "report.json").read_text()), ""
         missing = re.search(r"No matching distribution found for ([A-Za-z0-9_.-]+)", run.stderr)
         if not missing or not _pure_wheel(missing.group(1), wheelhouse):
-            return None, (run.stderr.strip().splitlines() or ["no message"])[-1]
+            return None, run.stderr
     return None, "too many source-only packages"
 
 
@@ -144,7 +144,9 @@ def image_report(workdir: Path) -> dict:
     if cached.is_file() and time.time() - cached.stat().st_mtime < 24 * 3600:
         return json.loads(cached.read_text())
     report, error = resolve(arguments, workdir)
-    assert report is not None, f"pip could not resolve the image's packages: {error}"
+    if report is None and re.search(r"NewConnectionError|Could not fetch URL|name resolution|Network is unreachable", error):
+        skip_or_fail("pip cannot reach the package index to resolve the image's packages")
+    assert report is not None, f"pip could not resolve the image's packages: {error.strip().splitlines()[-1:]}"
     cached.write_text(json.dumps(report))
     return report
 

@@ -42,7 +42,9 @@ def run_engine_and_onnx(engine_path: Path, onnx_path: Path, feed_sets: list[dict
     except DataTypeConversionException as err:
         return EngineRun([], [], f"an engine output has no numpy type, which Polygraphy's TrtRunner cannot read back ({_one_line(err)})")
     except PolygraphyException as err:
-        raise StageFailed(f"{engine_path}: Polygraphy could not run the engine and {onnx_path} on the held-out inputs: {_one_line(err)}") from err
+        errors = [" ".join(line.split()) for line in lines if line.startswith("[E]")][:3]
+        raise StageFailed("; ".join([f"{engine_path}: Polygraphy could not run the engine and {onnx_path} on the held-out inputs: {_one_line(err)}",
+                                     *errors])) from err
     names = list(results[ONNX][0].keys())
     missing = [name for name in names if name not in results[ENGINE][0]]
     if missing:
