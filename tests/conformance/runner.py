@@ -3,7 +3,7 @@
     python -m conformance.runner RESULTS.json WORKDIR LAYER_INFO.json SCENARIO...
 
 One process per TensorRT version: two versions' bindings cannot be imported into one process.
-The bindings' module `tensorrt_bindings` is installed as `tensorrt`, as the `tensorrt` package does.
+The bindings' module `tensorrt_bindings` is installed as `tensorrt`, the name the code and Polygraphy import.
 """
 
 from __future__ import annotations
