@@ -419,6 +419,16 @@ def bench(
         if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
             raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
         dims["batch"] = batch
+    if backend is Backend.trt:
+        from pipeline.errors import CapabilityMissing
+        from trt.capability import docker_command, profile_argument, tensorrt_missing
+
+        missing = tensorrt_missing()
+        if missing:
+            arguments = ["bench", artifact, "--backend", "trt", "--warmup", str(warmup), "--iterations", str(iterations), "--profile", profile_argument(loaded)]
+            arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
+            raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
+                                    f"from this folder: {docker_command(arguments)}")
     feeds = make_inputs(loaded, seed=4, dims=dims)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmark", total=iterations * len(models))

@@ -133,7 +133,10 @@ class BuildSection(_Section):
     workspace_mib: int = Field(default=4096, ge=16)
     optimization_level: int = Field(default=3, ge=0, le=5)
     log_severity: Literal["error", "warning", "info", "verbose"] = "info"
-    builder: Literal["python", "trtexec"] = "python"
+    builder: Literal["python", "polygraphy", "trtexec"] = Field(
+        default="python", description="TensorRT's Python API, Polygraphy's loaders, or the trtexec command"
+    )
+    profile_warmup: int = Field(default=5, ge=0, description="unprofiled runs before the per-layer profile")
     profile_iterations: int = Field(default=20, ge=1)
     bench_warmup: int = Field(default=20, ge=0)
     bench_iterations: int = Field(default=200, ge=1)

@@ -262,56 +262,102 @@ def _shapes(ctx: Context) -> dict:
     return {spec.name: tuple(ctx.profile.shape(spec, which) for which in ("min", "opt", "max")) for spec in ctx.profile.inputs}
 
 
-def _skip_without_tensorrt(what: str) -> StageResult | None:
-    from trt.capability import DOCKER_NEXT_STEP, tensorrt_missing
+def _docker_hint(ctx: Context) -> str:
+    """The command that runs this build, with the user's profile, options and output folder, in our image."""
+    from trt.capability import docker_command, profile_argument
+
+    options = ctx.options
+    arguments: list[str | Path] = ["build", "--profile", profile_argument(ctx.profile)]
+    if options.get("onnx"):
+        arguments += ["--onnx", Path(options["onnx"])]
+    arguments += [flag for key, flag in (("fp16", "--fp16"), ("int8", "--int8"), ("weak_fp16", "--weak-fp16")) if options.get(key)]
+    if options.get("calib"):
+        arguments += ["--calib", Path(options["calib"])]
+    for key, flag in (("preset", "--preset"), ("min_cosine", "--min-cosine"), ("verbosity", "--verbosity")):
+        if options.get(key) is not None:
+            arguments += [flag, str(options[key])]
+    model = ctx.profile.onnx_path()
+    return docker_command([*arguments, "--out", ctx.out, "--strict"], also_mount=[model] if model else [])
+
+
+def _skip_without_tensorrt(what: str, ctx: Context) -> StageResult | None:
+    from trt.capability import tensorrt_missing
 
     missing = tensorrt_missing()
     if missing is None:
         return None
-    return StageResult({}, skipped=True, reason=f"{what} needs TensorRT and a GPU: {missing}; {DOCKER_NEXT_STEP}", capability_missing=True)
+    reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {_docker_hint(ctx)}"
+    return StageResult({}, skipped=True, reason=reason, capability_missing=True)
 
 
 def _build_fingerprint(ctx: Context) -> dict[str, Any]:
     return {
         "onnx": {prec: sha256_file(path) for prec, path in _engine_inputs(ctx).items()},
+        "reference": sha256_file(ctx.input("optimize", "onnx")),
         "settings": ctx.profile.build.model_dump(), "options": [ctx.options.get("verbosity"), ctx.options.get("weak_fp16")],
-        "code": _code_hashes("trt.engine", "trt.versions"),
+        "accuracy_samples": ctx.profile.quant.accuracy_samples,
+        "code": _code_hashes("trt.build", "trt.build_polygraphy", "trt.run", "trt.engine_accuracy", "trt.versions"),
     }
 
 
 def _run_build(ctx: Context, status: Status) -> StageResult:
-    import subprocess
-
-    skipped = _skip_without_tensorrt("building engines")
+    skipped = _skip_without_tensorrt("building engines", ctx)
     if skipped:
         return skipped
     from pipeline.samples import make_inputs
-    from trt.engine import BuildSettings, build_engine, profile_engine
+    from trt.build import BuildPaths, BuildSettings, build_engine
+    from trt.build_polygraphy import build_engine_polygraphy
+    from trt.run import profile_engine
 
     b = ctx.profile.build
     settings = BuildSettings(ctx.options.get("verbosity") or b.verbosity, b.workspace_mib, b.optimization_level, b.log_severity, bool(ctx.options.get("weak_fp16")))
+    held_out = _held_out(ctx)
     outputs, metrics = {}, {}
     for prec, onnx_path in _engine_inputs(ctx).items():
-        engine, layers, profile = ctx.out / f"{prec}.engine", ctx.out / f"{prec}.layers.json", ctx.out / f"{prec}.profile.json"
+        paths = BuildPaths(ctx.out / f"{prec}.engine", ctx.out / f"{prec}.layers.json", ctx.out / f"{prec}.build.log", ctx.out / "timing.cache")
+        profile = ctx.out / f"{prec}.profile.json"
         status(f"building the {prec} engine ({b.builder})")
         if b.builder == "trtexec":
-            import tensorrt as trt
-
-            from trt.versions import for_version, trtexec_command
-
-            command = trtexec_command(for_version(trt.__version__), onnx_path, engine, layers, profile, settings.verbosity, _shapes(ctx),
-                                      b.workspace_mib, b.optimization_level, ctx.out / "timing.cache", settings.weak_fp16)
-            run = subprocess.run(command, capture_output=True, text=True)
-            (ctx.out / f"{prec}.build.log").write_text(run.stdout + run.stderr)
-            if run.returncode != 0:
-                raise InputError(f"build: trtexec failed for {prec} (exit {run.returncode}); see {ctx.out / f'{prec}.build.log'}")
-            metrics[prec] = {"builder": "trtexec", "command": command}
+            metrics[prec] = _build_with_trtexec(ctx, onnx_path, paths, profile, settings)
         else:
-            metrics[prec] = build_engine(onnx_path, engine, layers, ctx.out / f"{prec}.build.log", ctx.out / "timing.cache", _shapes(ctx), settings)
+            build = build_engine_polygraphy if b.builder == "polygraphy" else build_engine
+            metrics[prec] = build(onnx_path, paths, _shapes(ctx), settings)
             status(f"profiling the {prec} engine per layer")
-            metrics[prec]["profiled_layers"] = profile_engine(engine, profile, make_inputs(ctx.profile, seed=3), b.profile_iterations)
-        outputs |= {f"{prec}_engine": engine, f"{prec}_layers": layers, f"{prec}_profile": profile, f"{prec}_log": ctx.out / f"{prec}.build.log"}
+            metrics[prec]["profiled_layers"] = profile_engine(paths.engine, profile, make_inputs(ctx.profile, seed=3), b.profile_iterations, b.profile_warmup)
+        status(f"running the {prec} engine and onnxruntime FP32 on {ctx.profile.quant.accuracy_samples} held-out samples (Polygraphy)")
+        metrics[prec]["accuracy"] = _engine_accuracy(paths.engine, ctx.input("optimize", "onnx"), held_out, ctx.profile.quant.accuracy_samples)
+        outputs |= {f"{prec}_engine": paths.engine, f"{prec}_layers": paths.layers_json, f"{prec}_profile": profile, f"{prec}_log": paths.build_log}
     return StageResult(outputs, metrics)
+
+
+def _build_with_trtexec(ctx: Context, onnx_path: Path, paths, profile: Path, settings) -> dict[str, Any]:
+    import subprocess
+
+    import tensorrt as trt
+
+    from pipeline.fileio import write_text
+    from trt.versions import for_version, trtexec_command
+
+    b = ctx.profile.build
+    command = trtexec_command(for_version(trt.__version__), onnx_path, paths.engine, paths.layers_json, profile, settings.verbosity, _shapes(ctx),
+                              b.workspace_mib, b.optimization_level, paths.timing_cache, settings.weak_fp16)
+    run = subprocess.run(command, capture_output=True, text=True)
+    write_text(paths.build_log, run.stdout + run.stderr)
+    if run.returncode != 0:
+        raise InputError(f"build: trtexec failed (exit {run.returncode}); see {paths.build_log}")
+    return {"builder": "trtexec", "command": command}
+
+
+def _engine_accuracy(engine: Path, reference: Path, held_out: list[dict], samples: int) -> dict[str, Any]:
+    """The engine against onnxruntime running the FP32 model on the held-out batches, figures as the
+    fp16/int8 stages compute them."""
+    from quant.accuracy import agreement
+    from trt.engine_accuracy import run_engine_and_onnx
+
+    run = run_engine_and_onnx(engine, reference, held_out)
+    if run.not_compared:
+        return {"not_compared": run.not_compared}
+    return {"reference": "onnxruntime CPU, FP32 model"} | agreement(run.onnx, run.engine) | {"samples": samples}
 
 
 def _engines_built(ctx: Context) -> list[str]:
@@ -367,7 +413,7 @@ def _run_diff(ctx: Context, status: Status) -> StageResult:
 
 
 def _run_bench(ctx: Context, status: Status) -> StageResult:
-    skipped = _skip_without_tensorrt("benchmarking engines")
+    skipped = _skip_without_tensorrt("benchmarking engines", ctx)
     if skipped:
         return skipped
     built = _engines_built(ctx)
@@ -393,7 +439,16 @@ def _always(ctx: Context) -> dict[str, Any]:
     return {"run": time.time_ns()}
 
 
-BUILD = Stage("build", _build_fingerprint, _run_build, key_metric=lambda m: ", ".join(f"{p}: {v.get('layers', '?')} layers" for p, v in m.items()))
+def _build_summary(metrics: dict[str, Any]) -> str:
+    parts = []
+    for prec, built in metrics.items():
+        accuracy = built.get("accuracy", {})
+        figure = f"cosine_centered={accuracy['cosine_centered']:.5f} vs onnxruntime FP32" if "cosine_centered" in accuracy else "accuracy not compared"
+        parts.append(f"{prec}: {built.get('layers', '?')} layers, {figure}")
+    return ", ".join(parts)
+
+
+BUILD = Stage("build", _build_fingerprint, _run_build, key_metric=_build_summary)
 REPORT = Stage("report", _report_fingerprint, _run_report, key_metric=lambda m: ", ".join(f"{p}: {v['myelin_graphs']} Myelin graphs / {v['layers']} layers" for p, v in m.items()))
 DIFF = Stage("diff", _always, _run_diff, key_metric=lambda m: f"{m['splits']} fused groups split; layers {m['totals']['layers']['a']} -> {m['totals']['layers']['b']}")
 BENCH = Stage("bench", _always, _run_bench, key_metric=lambda m: ", ".join(f"{p} p50 {v:.3f} ms" for p, v in m.items()))

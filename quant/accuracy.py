@@ -22,7 +22,17 @@ from pipeline.verify import OnnxSession
 def model_outputs(path: Path, batches: list[dict[str, np.ndarray]]) -> np.ndarray:
     """Every output of every batch, flattened into one float64 vector (one session for all)."""
     session = OnnxSession(path)
-    return np.concatenate([np.asarray(output, np.float64).reshape(-1) for feeds in batches for output in session.run(feeds)])
+    return flatten([session.run(feeds) for feeds in batches])
+
+
+def flatten(runs: list[list[np.ndarray]]) -> np.ndarray:
+    """The outputs of several runs (each a list of arrays, in output order) as one float64 vector."""
+    return np.concatenate([np.asarray(output, np.float64).reshape(-1) for outputs in runs for output in outputs])
+
+
+def agreement(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]]) -> dict[str, Any]:
+    """The figures of `actual` against `expected`: per sample, the outputs in the same order."""
+    return accuracy(flatten(expected), flatten(actual), len(expected))
 
 
 def accuracy(reference: np.ndarray, candidate: np.ndarray, samples: int) -> dict[str, Any]:

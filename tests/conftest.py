@@ -18,6 +18,15 @@ def trt_fixtures() -> Path:
     return TRT_DATA
 
 
+@pytest.fixture(scope="session")
+def conformance(tmp_path_factory):
+    """`conformance(version)`: the conformance scenarios' results against that TensorRT version's real
+    bindings (tests/trt_bindings.py), run once per session per version."""
+    from trt_bindings import Conformance
+
+    return Conformance(tmp_path_factory.mktemp("conformance"))
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, path: tuple[Path, ...] = (), **popen) -> subprocess.CompletedProcess:
     """Run `python -m pipeline ARGS` as a user would; tests' factories (and `path`) are importable."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), *map(str, path)]), "COLUMNS": "200"}

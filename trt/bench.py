@@ -69,7 +69,7 @@ def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], w
             raise InputError(f"{path}: no such model file")
         step = lambda done, total, label=label: on_step(label, done, total)  # noqa: E731
         if backend == "trt":
-            from trt.engine import time_engine
+            from trt.run import time_engine
 
             times = time_engine(path, feeds, warmup, iterations, step)
         else:
