@@ -152,7 +152,7 @@ def export(
     from pipeline.profiles import load_profile
 
     loaded = load_profile(profile)
-    if loaded.model.factory is None:
+    if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
     with console.status(f"exporting {loaded.name}") as spinner:
         result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update)
@@ -170,21 +170,30 @@ def export(
         "first MatMul. Outputs stay numerically equal (the build stage checks it on onnxruntime).\n\n"
         "Examples:\n\n"
         "  python -m pipeline optimize model.onnx -o model.opt.onnx --stats\n\n"
-        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul"
+        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul\n\n"
+        "  python -m pipeline optimize --list-rules"
     )
 )
 def optimize(
-    source: Annotated[Path, typer.Argument(help="ONNX file to optimize.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Optimized ONNX file to write.")],
+    source: Annotated[Optional[Path], typer.Argument(help="ONNX file to optimize.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Optimized ONNX file to write.")] = None,
     rules: Annotated[Optional[str], typer.Option(help="Only these rules, comma-separated.")] = None,
     skip_rules: Annotated[Optional[str], typer.Option(help="Rules not to apply, comma-separated.")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
+    list_rules: Annotated[bool, typer.Option("--list-rules", help="List the rules (name, priority, minimum opset, rewrite) and exit.")] = False,
 ) -> None:
-    from pipeline.optimize import optimize_file
+    from pipeline.optimize import describe_rules, optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:
         return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
+    if list_rules:
+        lines = [f"{'rule':<32} {'priority':<10} {'opset':>5}  rewrite"]
+        lines += [f"{r['rule']:<32} {r['priority']:<10} {'>= ' + str(r['min_opset']) if r['min_opset'] > 1 else 'any':>5}  {r['family']}" for r in describe_rules()]
+        sys.stdout.write("\n".join(lines) + "\n")
+        return
+    if source is None or output is None:
+        raise PipelineError("optimize: give the ONNX file and -o OUT.onnx (or --list-rules)")
     with console.status(f"optimizing {source}"):
         result = optimize_file(source, output, names(rules), names(skip_rules))
     out = stdout_console()
@@ -204,6 +213,23 @@ def optimize(
 
 @app.command(
     help=(
+        "List the packaged profiles (and those in ./profiles): name, model, inputs, description. Use one with "
+        "--profile NAME.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline profiles"
+    )
+)
+def profiles() -> None:
+    from pipeline.profiles import describe_profiles
+
+    rows = describe_profiles()
+    width = max(len(r["name"]) for r in rows)
+    lines = [f"{r['name']:<{width}}  {r['model']}  inputs: {r['inputs']}" + (f"\n{'':<{width}}  {r['description']}" if r["description"] else "") for r in rows]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+@app.command(
+    help=(
         "Produce an FP16 (ModelOpt AutoCast) or INT8 (ModelOpt Q/DQ, calibrated) model from an ONNX file; with "
         "both flags, an INT8 model whose float parts are FP16. Calibration: --calib FILE.npz, or synthetic samples "
         "from --profile.\n\n"
@@ -218,7 +244,7 @@ def quantize(
     fp16: Annotated[bool, typer.Option("--fp16", help="FP16 (alone) or FP16 float parts (with --int8).")] = False,
     int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib).")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
     preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
 ) -> None:
     from pipeline.profiles import load_profile
@@ -230,11 +256,20 @@ def quantize(
         raise PipelineError(f"{source}: no such ONNX file")
     out = stdout_console()
     if fp16 and not int8:
+        from pipeline.samples import make_inputs, model_feeds, range_sizes
+        from quant.calibration import model_inputs
         from quant.fp16 import convert_fp16
 
-        with console.status("converting to FP16 with ModelOpt AutoCast"), captured():
-            result = convert_fp16(source, output, [], [])
-        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers})", highlight=False)
+        if profile is not None:
+            loaded = load_profile(profile)
+            checks = [make_inputs(loaded, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(loaded))]
+        else:
+            checks = model_feeds(model_inputs(source))
+        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"), captured():
+            result = convert_fp16(source, output, [], [], checks)
+        first = next(iter(result.checked_shapes[0]))
+        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers}); runs at {first} "
+                  f"{', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}", highlight=False)
         return
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
@@ -264,7 +299,8 @@ def quantize(
         "with the nodes and the change to make.\n\n"
         "Examples:\n\n"
         "  python -m pipeline lint-qdq model.int8.onnx\n\n"
-        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json"
+        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json\n\n"
+        "  python -m pipeline lint-qdq model.int8.onnx --fail-on-findings   # CI: exit 1 when there are findings"
     ),
 )
 def lint_qdq(
@@ -272,6 +308,7 @@ def lint_qdq(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     max_sequence: Annotated[Optional[int], typer.Option(help="Longest sequence the engine will see (for the attention rule).")] = None,
+    fail_on_findings: Annotated[bool, typer.Option("--fail-on-findings", help="Exit 1 when there are findings (for CI) [default: exit 0].")] = False,
 ) -> None:
     import json
 
@@ -282,11 +319,13 @@ def lint_qdq(
     findings = lint_file(model, max_sequence)
     if fmt == "json":
         _emit(json.dumps(findings_json(findings), indent=2) + "\n", output)
-        return
-    lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
-    for finding in findings:
-        lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
-    _emit("\n".join(lines) + "\n", output)
+    else:
+        lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
+        for finding in findings:
+            lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
+        _emit("\n".join(lines) + "\n", output)
+    if fail_on_findings and findings:
+        raise typer.Exit(1)
 
 
 @app.command(

@@ -25,7 +25,7 @@ def make_inputs(
         if spec.fill == "mask":
             if mask_lengths is None or mask_lengths.shape != shape[:-1]:
                 mask_lengths = _valid_lengths(rng, shape)
-            feeds[spec.name] = np.arange(shape[-1]) < mask_lengths[..., None]
+            feeds[spec.name] = (np.arange(shape[-1]) < mask_lengths[..., None]).astype(spec.dtype)
         else:
             feeds[spec.name] = _fill(rng, spec, shape)
     return feeds
@@ -61,3 +61,23 @@ def check_sizes(profile: Profile) -> list[dict[str, int]]:
         return [opt]
     alternate = {name: min(d.max, max(d.min, 2 if d.opt == 1 else d.opt // 2)) for name, d in profile.dims.items()}
     return [opt, alternate] if alternate != opt else [opt]
+
+
+def range_sizes(profile: Profile) -> list[dict[str, int]]:
+    """Named-dim sizes covering what the profile allows: min, opt, max, and with two or more
+    dynamic dims the two mixed corners (first dim at max and the rest at min, and the reverse)."""
+    sets = [{name: getattr(d, which) for name, d in profile.dims.items()} for which in ("min", "opt", "max")]
+    dynamic = [name for name, d in profile.dims.items() if d.min != d.max]
+    if len(dynamic) >= 2:
+        first = dynamic[0]
+        for high in (True, False):
+            sets.append({name: (d.max if (name == first) == high else d.min) if name in dynamic else d.opt for name, d in profile.dims.items()})
+    return [s for i, s in enumerate(sets) if s not in sets[:i]]
+
+
+def model_feeds(inputs: dict[str, tuple[str, list]], dynamic_sizes: tuple[int, ...] = (1, 3)) -> list[dict[str, np.ndarray]]:
+    """Zero feeds for an ONNX model's inputs ({name: (dtype, dims with None where dynamic)}), one set
+    per size in `dynamic_sizes` given to every dynamic dim: for checks without a profile (zeros are
+    valid token ids and masks)."""
+    return [{name: np.zeros([d if d is not None else size for d in dims], dtype) for name, (dtype, dims) in inputs.items()}
+            for size in dynamic_sizes]

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StageFailed
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Run an ONNX file on onnxruntime's CPU provider; only the inputs the model declares are fed."""
+    return list(run_onnx_named(path, feeds).values())
+
+
+def run_onnx_named(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`run_onnx`, each output under its graph output name, in the graph's order."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -26,7 +32,11 @@ def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     missing = declared - feeds.keys()
     if missing:
         raise InputError(f"{path}: model inputs {sorted(missing)} are not in the profile's [[inputs]]; add them")
-    return session.run(None, {k: v for k, v in feeds.items() if k in declared})
+    try:
+        values = session.run(None, {k: v for k, v in feeds.items() if k in declared})
+    except Exception as err:  # onnxruntime raises its own untyped errors
+        raise StageFailed(f"{path}: onnxruntime cannot run it: {_run_failure(err)}") from err
+    return {output.name: value for output, value in zip(session.get_outputs(), values, strict=True)}
 
 
 def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
@@ -40,6 +50,16 @@ def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
         if a64.size:
             worst = max(worst, float(np.max(np.abs(a64 - b64))))
     return worst
+
+
+def _run_failure(err: Exception) -> str:
+    """onnxruntime's run error as "<op> node '<name>': <message>" without its source locations."""
+    text = " ".join(str(err).split())
+    match = re.search(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", text)
+    if not match:
+        return _first_line(err)
+    message = re.sub(r"^(\S+\.(cc|h):\d+ )?(.*?\) )?(status\.IsOK\(\) was false\. )?", "", match[3])
+    return f"{match[1]} node '{match[2]}': {message}"
 
 
 def _first_line(err: Exception) -> str:

@@ -39,10 +39,21 @@ class OptimizeResult:
 def select_rules(only: list[str] | None = None, skip: list[str] | None = None) -> list:
     from pipeline.optimize.rules import ALL_RULES, RULE_NAMES
 
-    unknown = sorted(set(only or []) | set(skip or []) - set(RULE_NAMES))
+    unknown = sorted((set(only or []) | set(skip or [])) - set(RULE_NAMES))
     if unknown:
         raise InputError(f"unknown rule {', '.join(unknown)}; rules are: {', '.join(RULE_NAMES)}")
     return [r for r in ALL_RULES if (not only or r.name in only) and r.name not in (skip or [])]
+
+
+def describe_rules() -> list[dict[str, Any]]:
+    """Every rule in the order it is tried: name, priority, minimum opset, and its rewrite (first docstring line of its family)."""
+    import sys
+
+    from pipeline.optimize.engine import PRIORITY_NAMES
+    from pipeline.optimize.rules import ALL_RULES
+
+    return [{"rule": r.name, "priority": PRIORITY_NAMES[r.priority], "min_opset": r.min_opset,
+             "family": sys.modules[type(r).__module__].__doc__.strip().splitlines()[0]} for r in ALL_RULES]
 
 
 def optimize_file(source: Path, target: Path, only: list[str] | None = None, skip: list[str] | None = None) -> OptimizeResult:

@@ -1,0 +1,115 @@
+"""Hugging Face models from a profile, no factory to write:
+
+    [model]
+    hf = "bert-base-uncased"            # a model id, or a folder written by save_pretrained (relative to the profile)
+    hf_config = { model_type = "bert", hidden_size = 64, ... }   # or: a config, random weights, nothing downloaded
+    task = "sequence-classification"    # the head: base (default), sequence-classification, token-classification,
+                                        # masked-lm, causal-lm, image-classification
+
+The profile's inputs are passed to the model's forward by name (input_ids, attention_mask,
+token_type_ids, position_ids, pixel_values, ...), in the profile's order. Caches are off
+(`use_cache=False`): a deployed graph takes and returns tensors only. transformers is the
+optional extra `.[hf]`, imported here only, at call time.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipeline.errors import ProfileError
+from pipeline.fileio import sha256_file
+from pipeline.profiles import Profile
+
+AUTO_CLASSES = {
+    "base": "AutoModel",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+    "causal-lm": "AutoModelForCausalLM",
+    "image-classification": "AutoModelForImageClassification",
+}
+TENSOR_ARGUMENTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values", "inputs_embeds", "pixel_mask")
+
+
+def build_hf_model(profile: Profile) -> nn.Module:
+    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order.
+
+    The forward is replaced on the instance rather than wrapped in another module, so the
+    exported node names keep the model's own scopes (/encoder/layer.0/...)."""
+    transformers = _transformers(profile)
+    section, where = profile.model, f"{profile.source}: model"
+    task = section.task or "base"
+    auto = getattr(transformers, AUTO_CLASSES[task])
+    if section.hf_config is not None:
+        fields = dict(section.hf_config)
+        model_type = fields.pop("model_type")
+        try:
+            config = transformers.AutoConfig.for_model(model_type, **fields)
+        except (ValueError, TypeError) as err:
+            raise ProfileError(f"{where}.hf_config: {_first_line(err)}") from err
+        try:
+            model = auto.from_config(config)
+        except ValueError as err:
+            raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
+    else:
+        location = local_folder(profile)
+        try:
+            model = auto.from_pretrained(str(location) if location else section.hf)
+        except (OSError, ValueError) as err:
+            raise ProfileError(
+                f"{where}.hf: cannot load {section.hf!r} as {AUTO_CLASSES[task]}: {_first_line(err)}; "
+                "give a folder written by save_pretrained (relative to the profile) or a model id this machine can download"
+            ) from err
+    names = [spec.name for spec in profile.inputs]
+    accepted = inspect.signature(model.forward).parameters
+    unknown = [n for n in names if n not in accepted]
+    if unknown:
+        offered = [a for a in TENSOR_ARGUMENTS if a in accepted]
+        raise ProfileError(f"{profile.source}: inputs: {type(model).__name__}.forward has no argument {unknown[0]!r}; "
+                           f"name the [[inputs]] after its arguments: {', '.join(offered)}")
+    extra = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in accepted}
+    keyword_forward = model.forward
+
+    def forward(*inputs: torch.Tensor):
+        return keyword_forward(**dict(zip(names, inputs, strict=True)), **extra)
+
+    model.forward = forward
+    return model.eval()
+
+
+def hf_fingerprint(profile: Profile) -> dict[str, Any]:
+    """What decides the exported model: the source (and a local folder's files), the head, transformers' version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    section = profile.model
+    folder = local_folder(profile) if section.hf is not None else None
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder else None
+    try:
+        transformers_version = version("transformers")
+    except PackageNotFoundError:
+        transformers_version = None
+    return {"hf": section.hf, "hf_config": section.hf_config, "task": section.task, "files": files, "transformers": transformers_version}
+
+
+def local_folder(profile: Profile):
+    """The `hf` folder when it names one (relative to the profile's folder), else None (a model id)."""
+    candidate = profile.folder / profile.model.hf
+    return candidate.resolve() if candidate.is_dir() else None
+
+
+def _transformers(profile: Profile):
+    try:
+        import transformers
+    except ImportError as err:
+        raise ProfileError(f"{profile.source}: model.hf/hf_config need transformers: pip install -e \".[hf]\"") from err
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
