@@ -73,6 +73,7 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     before = Counter(node.op_type for node in model.graph)
     # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
     model = ShapeInferencePass()(model).model
+    _forget_sequence_types(model)
     stats, history = run_rules(model, rules)
     after = Counter(node.op_type for node in model.graph)
     with atomic_path(target) as tmp:
@@ -81,3 +82,16 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
         sum(before.values()), sum(after.values()), dict(before), dict(after),
         [s.as_dict() for s in stats], history,
     )
+
+
+SEQUENCE_PRODUCERS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceMap"})
+
+
+def _forget_sequence_types(model) -> None:
+    """onnx_ir's ShapeInferencePass (1.1) types a sequence as its element tensor (GPT-2's
+    SplitToSequence output becomes FLOAT [batch, seq, 64]), which onnxruntime rejects when loading
+    the file: drop those annotations and let the consumer infer them."""
+    for node in model.graph:
+        if node.op_type in SEQUENCE_PRODUCERS and node.domain in ("", "ai.onnx"):
+            for value in node.outputs:
+                value.type, value.shape = None, None
