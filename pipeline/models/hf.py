@@ -15,6 +15,7 @@ optional extra `.[hf]`, imported here only, at call time.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,9 +97,15 @@ def hf_fingerprint(profile: Profile) -> dict[str, Any]:
 
 
 def local_folder(profile: Profile):
-    """The `hf` folder when it names one (relative to the profile's folder), else None (a model id)."""
-    candidate = profile.folder / profile.model.hf
-    return candidate.resolve() if candidate.is_dir() else None
+    """The `hf` folder when it names one (relative to the profile's folder), else None (a model id).
+    A value written as a path (starting with ".", "/" or "~") must be an existing folder."""
+    hf = profile.model.hf
+    candidate = profile.folder / Path(hf).expanduser()
+    if candidate.is_dir():
+        return candidate.resolve()
+    if hf.startswith((".", "/", "~")):
+        raise ProfileError(f"{profile.source}: model.hf: no folder {candidate}; give a folder written by save_pretrained (relative to the profile) or a model id")
+    return None
 
 
 def _transformers(profile: Profile):
