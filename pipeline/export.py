@@ -76,6 +76,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     input_names = [spec.name for spec in profile.inputs]
     with torch.no_grad():
         output_names = [name for name, _ in flatten_outputs(module(*example), profile)]
+    shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_path(output) as tmp:
         try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
@@ -84,7 +85,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                 if exporter == "dynamo":
                     program = torch.onnx.export(
                         module, example, dynamo=True, opset_version=profile.export.opset,
-                        input_names=input_names, output_names=output_names, dynamic_shapes=_varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module),
+                        input_names=input_names, output_names=output_names, dynamic_shapes=shapes,
                         optimize=False, verbose=False,  # our optimize stage does this, exactly (see issue 3)
                     )
                     program.save(str(tmp), external_data=False)
@@ -225,7 +226,7 @@ def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
 
 def _varargs_shapes(shapes: Any, module: Any) -> tuple | None:
     """Per-input dynamic shapes (a tuple, or a dict by the module's forward argument names) for the
-    `forward(*inputs)` of the flat-output wrapper: one tuple holding them in order."""
+    `forward(*inputs)` that `_flat_forward` installs: one tuple holding them in order."""
     import inspect
 
     if shapes is None:

@@ -51,3 +51,8 @@ class HandWrittenBlock(nn.Module):
 
 def hand_written_block():
     return HandWrittenBlock()
+
+
+def tiny_mlp_with_dynamic_shapes():
+    """Returns (module, example_inputs, dynamic_shapes) with the shapes keyed by forward's argument name."""
+    return tiny_mlp(), (torch.randn(3, 8),), {"input": {0: torch.export.Dim("batch", min=1, max=16)}}

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+from conftest import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.errors import InputError
@@ -413,3 +414,20 @@ def test_rules_are_selected_by_name(tmp_path):
         select_rules(["fuse-gleu"])
     with pytest.raises(InputError, match="unknown rule nope"):
         select_rules(None, ["nope"])
+
+
+def test_optimize_command_lists_and_selects_rules(tmp_path):
+    from pipeline.optimize.rules import RULE_NAMES
+
+    listed = run_cli("optimize", "--list-rules")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == RULE_NAMES
+    nodes = [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("Div", ["x", "sqrt2"], ["xs"]), helper.make_node("Erf", ["xs"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["xh", "e1"], ["y"])]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])],
+                      [("half", np.float32(0.5)), ("sqrt2", np.float32(math.sqrt(2))), ("one", np.float32(1.0))])
+    only_gelu = run_cli("optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--rules", "fuse-gelu")
+    assert only_gelu.returncode == 0, only_gelu.stderr
+    assert [n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node] == ["Gelu"]
+    typo = run_cli("optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--rules", "fuse-gleu")
+    assert typo.returncode == 2 and "unknown rule fuse-gleu" in typo.stderr
