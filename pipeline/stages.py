@@ -146,7 +146,7 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
     return {
         "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
         "exclude": [q.fp16_exclude_op_types, q.fp16_exclude_nodes],
-        "run_check": [ctx.profile.dims and {k: v.model_dump() for k, v in ctx.profile.dims.items()}, [s.model_dump() for s in ctx.profile.inputs]],
+        "run_check": [{k: v.model_dump() for k, v in ctx.profile.dims.items()}, [s.model_dump() for s in ctx.profile.inputs]],
         "gate": [ctx.options.get("min_cosine") or q.min_cosine_fp16, q.accuracy_samples],
         "code": _code_hashes("quant.fp16", "quant.accuracy"),
         "modelopt": _modelopt_version(),

@@ -3,6 +3,7 @@ route, outputs by name, a factory beside its profile, the FP16 shape fix, and th
 negative checks on a real HF BERT after our int8 stage. The rest of the corpus is bench/models.py."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -126,10 +127,14 @@ def test_hf_input_names_must_be_forward_arguments(tmp_path):
 # ---------------------------------------------------------------- fp16: AutoCast's placeholder dims
 
 
-def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path):
+def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path, monkeypatch):
     """The crash of issue 9: dynamic batch, sequence 64. AutoCast's raw output fails at run time;
-    the stage's output runs at the profile's min, opt and max batch."""
+    the stage's output runs at the profile's min, opt and max batch; without the repair the run
+    check stops the conversion with one line and writes nothing."""
     from modelopt.onnx.autocast import convert_to_mixed_precision
+
+    from pipeline.errors import StageFailed
+    from quant import fp16 as fp16_module
 
     text = text_profile("static-seq", "[model.hf_config]\n" + BERT_CONFIG, seq="64", dims_seq=False)
     profile = write_profile(tmp_path, text)
@@ -143,8 +148,30 @@ def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path):
     assert run_onnx(tmp_path / "out" / "model.fp16.onnx", feeds)[0].shape == (3, 64, 32)
     raw = convert_to_mixed_precision(onnx_path=str(tmp_path / "out" / "model.opt.onnx"), low_precision_type="fp16", keep_io_types=True, providers=["cpu"])
     onnx.save(raw, tmp_path / "raw.fp16.onnx")
-    with pytest.raises(Exception, match="Shape mismatch attempting to re-use buffer"):
+    with pytest.raises(StageFailed, match="Shape mismatch attempting to re-use buffer"):
         run_onnx(tmp_path / "raw.fp16.onnx", feeds)
+    monkeypatch.setattr(fp16_module, "repair_placeholder_dims", lambda model, source: 0)
+    with pytest.raises(StageFailed) as info:
+        fp16_module.convert_fp16(tmp_path / "out" / "model.opt.onnx", tmp_path / "unrepaired.onnx", [], [], [feeds])
+    assert str(info.value).startswith("fp16: the converted model does not run at input shapes {'input_ids': [3, 64], 'attention_mask': [3, 64]}")
+    assert "node 'node_" in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "unrepaired.onnx").exists()
+
+
+def test_range_sizes_cover_min_opt_max_and_the_mixed_corners():
+    from pipeline.samples import range_sizes
+
+    assert range_sizes(load_profile("bert-base")) == [
+        {"batch": 1, "seq": 8}, {"batch": 1, "seq": 128}, {"batch": 32, "seq": 512}, {"batch": 32, "seq": 8}, {"batch": 1, "seq": 512}]
+    assert range_sizes(load_profile("bert-tiny")) == [{}]
+
+
+def test_missing_transformers_is_one_line(tmp_path, monkeypatch):
+    from pipeline.models.hf import build_hf_model
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
+    with pytest.raises(ProfileError, match=re.escape('need transformers: pip install -e ".[hf]"')):
+        build_hf_model(load_profile("hf-bert-tiny"))
 
 
 # ---------------------------------------------------------------- the corpus' BERT through build --fp16 --int8, and the lint on it
