@@ -228,6 +228,44 @@ def profiles() -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+class HfTask(str, Enum):
+    base = "base"
+    sequence_classification = "sequence-classification"
+    token_classification = "token-classification"
+    masked_lm = "masked-lm"
+    causal_lm = "causal-lm"
+    image_classification = "image-classification"
+
+
+@app.command(
+    help=(
+        "Write a starter profile for a Hugging Face model: SOURCE is a folder written by save_pretrained, or a "
+        "model_type (random weights from its default config). Inputs come from the model's forward (input_ids, "
+        "attention_mask, token_type_ids; or pixel_values), dims from the config; edit them to your shapes.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline init --hf ./my-checkpoint --task sequence-classification -o my-model.toml\n\n"
+        "  python -m pipeline init --hf bert -o bert.toml"
+    )
+)
+def init(
+    hf: Annotated[str, typer.Option("--hf", help="save_pretrained folder, or a model_type such as bert, gpt2, vit.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (never overwritten).")],
+    task: Annotated[HfTask, typer.Option(help="The head to load.")] = HfTask.base,
+) -> None:
+    if output.exists():
+        raise PipelineError(f"{output} exists; choose another -o or remove it")
+    from pipeline.fileio import write_text
+    from pipeline.models.hf import starter_profile
+    from pipeline.profiles import load_profile
+
+    name = output.stem if output.suffix == ".toml" else output.name
+    text = starter_profile(hf, task.value, name, output.resolve().parent)
+    write_text(output, text)
+    load_profile(str(output))  # what was written is a valid profile
+    stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",
+                           highlight=False, markup=False)
+
+
 @app.command(
     help=(
         "Produce an FP16 (ModelOpt AutoCast) or INT8 (ModelOpt Q/DQ, calibrated) model from an ONNX file; with "

@@ -170,7 +170,7 @@ def test_missing_transformers_is_one_line(tmp_path, monkeypatch):
     from pipeline.models.hf import build_hf_model
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
-    with pytest.raises(ProfileError, match=re.escape('need transformers: pip install -e ".[hf]"')):
+    with pytest.raises(ProfileError, match=re.escape('model.hf/hf_config needs transformers: pip install -e ".[hf]"')):
         build_hf_model(load_profile("hf-bert-tiny"))
 
 
@@ -223,3 +223,38 @@ def test_lint_qdq_fail_on_findings(hf_bert_build, tmp_path):
     assert run_cli(*long_sequence).returncode == 0, "findings alone keep exit 0"
     failing = run_cli(*long_sequence, "--fail-on-findings")
     assert failing.returncode == 1 and "[attention-not-fusable]" in failing.stdout
+
+
+# ---------------------------------------------------------------- init --hf
+
+
+def test_init_writes_a_starter_profile_that_builds(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                         max_position_embeddings=64)).save_pretrained(tmp_path / "ckpt")
+    (tmp_path / "profiles").mkdir()
+    made = run_cli("init", "--hf", str(tmp_path / "ckpt"), "-o", str(tmp_path / "profiles" / "mine.toml"))
+    assert made.returncode == 0, made.stderr
+    profile = load_profile(str(tmp_path / "profiles" / "mine.toml"))
+    assert profile.model.hf == "../ckpt" and profile.model.task == "base"
+    assert [(s.name, s.dtype) for s in profile.inputs] == [("input_ids", "int64"), ("attention_mask", "int64"), ("token_type_ids", "int64")]
+    assert profile.inputs[0].range == (0, 128) and profile.dims["seq"].max == 64, "from the config: vocabulary and positions"
+    result = export_model(profile, tmp_path / "m.onnx", exporter="torchscript")
+    assert result.outputs == ["last_hidden_state", "pooler_output"]
+    again = run_cli("init", "--hf", str(tmp_path / "ckpt"), "-o", str(tmp_path / "profiles" / "mine.toml"))
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
+def test_init_from_a_model_type_and_its_errors(tmp_path):
+    from pipeline.models.hf import starter_profile
+
+    (tmp_path / "vit.toml").write_text(starter_profile("vit", "image-classification", "vit", tmp_path))
+    profile = load_profile(str(tmp_path / "vit.toml"))
+    assert profile.model.hf_config == {"model_type": "vit"} and [(s.name, s.shape) for s in profile.inputs] == [("pixel_values", ["batch", 3, 224, 224])]
+    with pytest.raises(InputError) as unknown:
+        starter_profile("no-such-type", "base", "x", tmp_path)
+    assert str(unknown.value) == ("init --hf no-such-type: neither a folder written by save_pretrained nor a model_type transformers knows "
+                                  "(Unrecognized model identifier: no-such-type)")
+    with pytest.raises(InputError, match="transformers has no image-classification model for model_type 'bert'; choose another --task"):
+        starter_profile("bert", "image-classification", "x", tmp_path)

@@ -15,13 +15,11 @@ optional extra `.[hf]`, imported here only, at call time.
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
-from pipeline.errors import ProfileError
+from pipeline.errors import InputError, ProfileError
 from pipeline.fileio import sha256_file
 from pipeline.profiles import Profile
 
@@ -36,12 +34,12 @@ AUTO_CLASSES = {
 TENSOR_ARGUMENTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values", "inputs_embeds", "pixel_mask")
 
 
-def build_hf_model(profile: Profile) -> nn.Module:
+def build_hf_model(profile: Profile) -> Any:
     """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order.
 
     The forward is replaced on the instance rather than wrapped in another module, so the
     exported node names keep the model's own scopes (/encoder/layer.0/...)."""
-    transformers = _transformers(profile)
+    transformers = _transformers(f"{profile.source}: model.hf/hf_config")
     section, where = profile.model, f"{profile.source}: model"
     task = section.task or "base"
     auto = getattr(transformers, AUTO_CLASSES[task])
@@ -75,7 +73,7 @@ def build_hf_model(profile: Profile) -> nn.Module:
     extra = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in accepted}
     keyword_forward = model.forward
 
-    def forward(*inputs: torch.Tensor):
+    def forward(*inputs):
         return keyword_forward(**dict(zip(names, inputs, strict=True)), **extra)
 
     model.forward = forward
@@ -108,15 +106,67 @@ def local_folder(profile: Profile):
     return None
 
 
-def _transformers(profile: Profile):
+def _transformers(needed_by: str, error: type[Exception] = ProfileError):
     try:
         import transformers
     except ImportError as err:
-        raise ProfileError(f"{profile.source}: model.hf/hf_config need transformers: pip install -e \".[hf]\"") from err
+        raise error(f'{needed_by} needs transformers: pip install -e ".[hf]"') from err
     transformers.logging.set_verbosity_error()
     return transformers
 
 
 def _first_line(err: Exception) -> str:
+    """The error's first line, without transformers' list of every known model type."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    return text.splitlines()[0].split(". Should contain one of")[0] if text else type(err).__name__
+
+
+def starter_profile(source: str, task: str, name: str, profile_folder: Path) -> str:
+    """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
+    model_type (random weights). Inputs come from the config and the task's forward (ids, mask and
+    token types for text, pixel_values for images), dims from its limits; every choice is commented."""
+    transformers = _transformers(f"init --hf {source}", InputError)
+    folder = Path(source).expanduser()
+    try:
+        if folder.is_dir():
+            config = transformers.AutoConfig.from_pretrained(str(folder))
+            where = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
+            model_lines = [f'hf = "{where}"                 # written by save_pretrained, relative to this file']
+        else:
+            config = transformers.AutoConfig.for_model(source)
+            model_lines = ["", "[model.hf_config]                  # random weights from this config: set the sizes of your model",
+                           f'model_type = "{source}"']
+    except (OSError, ValueError) as err:
+        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    try:
+        model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
+    except KeyError as err:
+        raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
+    accepted = inspect.signature(model_class.forward).parameters
+    if "pixel_values" in accepted:
+        size = getattr(config, "image_size", 224)
+        size = size if isinstance(size, int) else size[0]
+        dims = {"batch": (1, 4, 16)}
+        inputs = [("pixel_values", "float32", f'["batch", {config.num_channels}, {size}, {size}]', "", "images, channels first")]
+    elif "input_ids" in accepted:
+        longest = min(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512, 512)
+        dims = {"batch": (1, 4, 16), "seq": (min(8, longest), min(128, longest), longest)}
+        inputs = [("input_ids", "int64", '["batch", "seq"]', f"range = [0, {config.vocab_size}]", "token ids inside the vocabulary")]
+        if "attention_mask" in accepted:
+            inputs.append(("attention_mask", "int64", '["batch", "seq"]', 'fill = "mask"', "1 for tokens, 0 for padding at the end"))
+        if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
+            inputs.append(("token_type_ids", "int64", '["batch", "seq"]', f"range = [0, {config.type_vocab_size}]", "segment ids"))
+    else:
+        raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
+    lines = [f"# Starter profile for {model_class.__name__} (python -m pipeline init --hf {source}).",
+             "# Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt).",
+             f'name = "{name}"', "", "[model]", f'task = "{task}"', "seed = 0"]
+    lines += model_lines
+    for dim, (low, opt, high) in dims.items():
+        lines += ["", f"[dims.{dim}]", f"min = {low}", f"opt = {opt}", f"max = {high}"]
+    for input_name, dtype, shape, fill, comment in inputs:
+        lines += ["", f"[[inputs]]                         # {comment}", f'name = "{input_name}"', f'dtype = "{dtype}"', f"shape = {shape}"]
+        lines += [fill] if fill else []
+    lines += ["", "[export]", 'exporter = "dynamo"', "opset = 20"]
+    return "\n".join(lines) + "\n"
+
