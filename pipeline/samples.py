@@ -79,5 +79,6 @@ def model_feeds(inputs: dict[str, tuple[str, list]], dynamic_sizes: tuple[int, .
     """Zero feeds for an ONNX model's inputs ({name: (dtype, dims with None where dynamic)}), one set
     per size in `dynamic_sizes` given to every dynamic dim: for checks without a profile (zeros are
     valid token ids and masks)."""
+    dynamic = any(d is None for _, dims in inputs.values() for d in dims)
     return [{name: np.zeros([d if d is not None else size for d in dims], dtype) for name, (dtype, dims) in inputs.items()}
-            for size in dynamic_sizes]
+            for size in (dynamic_sizes if dynamic else dynamic_sizes[:1])]

@@ -258,3 +258,4 @@ def test_init_from_a_model_type_and_its_errors(tmp_path):
                                   "(Unrecognized model identifier: no-such-type)")
     with pytest.raises(InputError, match="transformers has no image-classification model for model_type 'bert'; choose another --task"):
         starter_profile("bert", "image-classification", "x", tmp_path)
+

@@ -106,3 +106,13 @@ def test_cli_bad_profile_is_one_line_exit_2(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(f"error: {path}: inputs[0].dtype"), result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists(), "nothing may be written for a bad profile"
+
+
+def test_model_feeds_without_a_profile():
+    from pipeline.samples import model_feeds
+
+    sets = model_feeds({"ids": ("int64", [None, 16]), "mask": ("bool", [None, 16])})
+    assert [{k: (v.shape, v.dtype.name) for k, v in f.items()} for f in sets] == [
+        {"ids": ((1, 16), "int64"), "mask": ((1, 16), "bool")}, {"ids": ((3, 16), "int64"), "mask": ((3, 16), "bool")}]
+    assert all(not v.any() for f in sets for v in f.values())
+    assert len(model_feeds({"x": ("float32", [2, 8])})) == 1, "static inputs: one set"
