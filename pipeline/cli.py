@@ -189,7 +189,7 @@ def optimize(
 
     if list_rules:
         lines = [f"{'rule':<32} {'priority':<10} {'opset':>5}  rewrite"]
-        lines += [f"{r['rule']:<32} {r['priority']:<10} {'>= ' + str(r['min_opset']) if r['min_opset'] > 1 else 'any':>5}  {r['family']}" for r in describe_rules()]
+        lines += [f"{r['rule']:<32} {r['priority']:<10} {'>= ' + str(r['min_opset']) if r['min_opset'] > 1 else 'any':>5}  {r['rewrite']}" for r in describe_rules()]
         sys.stdout.write("\n".join(lines) + "\n")
         return
     if source is None or output is None:

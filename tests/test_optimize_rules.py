@@ -422,6 +422,7 @@ def test_optimize_command_lists_and_selects_rules(tmp_path):
     listed = run_cli("optimize", "--list-rules")
     assert listed.returncode == 0, listed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == RULE_NAMES
+    assert all(" -> " in line for line in listed.stdout.splitlines()[1:]), "each rule states its rewrite"
     nodes = [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("Div", ["x", "sqrt2"], ["xs"]), helper.make_node("Erf", ["xs"], ["e"]),
              helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["xh", "e1"], ["y"])]
     path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])],

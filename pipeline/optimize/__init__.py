@@ -46,14 +46,11 @@ def select_rules(only: list[str] | None = None, skip: list[str] | None = None) -
 
 
 def describe_rules() -> list[dict[str, Any]]:
-    """Every rule in the order it is tried: name, priority, minimum opset, and its rewrite (first docstring line of its family)."""
-    import sys
-
+    """Every rule in the order it is tried: name, priority, minimum opset, and its rewrite (the rule's docstring)."""
     from pipeline.optimize.engine import PRIORITY_NAMES
     from pipeline.optimize.rules import ALL_RULES
 
-    return [{"rule": r.name, "priority": PRIORITY_NAMES[r.priority], "min_opset": r.min_opset,
-             "family": sys.modules[type(r).__module__].__doc__.strip().splitlines()[0]} for r in ALL_RULES]
+    return [{"rule": r.name, "priority": PRIORITY_NAMES[r.priority], "min_opset": r.min_opset, "rewrite": type(r).__doc__.strip()} for r in ALL_RULES]
 
 
 def optimize_file(source: Path, target: Path, only: list[str] | None = None, skip: list[str] | None = None) -> OptimizeResult:

@@ -19,6 +19,8 @@ from pipeline.optimize.engine import CLEANUP, Context, Rule
 
 
 class SplitToSequenceAsSplit(Rule):
+    """SequenceAt(SplitToSequence(x, split, axis), i) -> Split(x, lengths, axis)[i]"""
+
     name, anchor, priority = "split-to-sequence-as-split", "SplitToSequence", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
