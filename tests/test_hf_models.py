@@ -95,6 +95,12 @@ def test_hf_folder_saved_with_save_pretrained_loads_offline(tmp_path):
     with torch.no_grad():
         expected = saved(input_ids=torch.from_numpy(ids)).logits.numpy()
     assert logits.shape == (3, 3) and np.allclose(logits, expected, atol=1e-5), "the saved weights, not new random ones"
+    from pipeline.models.hf import build_hf_model
+
+    saved.bert.save_pretrained(tmp_path / "encoder-only")  # a checkpoint without the classifier head
+    headless = load_profile(str(write_profile(tmp_path, text_profile("h", '[model]\nhf = "encoder-only"\ntask = "sequence-classification"\n'))))
+    with pytest.raises(ProfileError, match=r"model.task: 2 weights of the sequence-classification model are not in 'encoder-only' \(e.g. classifier.bias\) and would be random"):
+        build_hf_model(headless)
 
 
 @pytest.mark.parametrize(

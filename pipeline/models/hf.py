@@ -57,12 +57,16 @@ def build_hf_model(profile: Profile) -> Any:
     else:
         location = local_folder(profile)
         try:
-            model = auto.from_pretrained(str(location) if location else section.hf)
+            model, loading = auto.from_pretrained(str(location) if location else section.hf, output_loading_info=True)
         except (OSError, ValueError) as err:
             raise ProfileError(
                 f"{where}.hf: cannot load {section.hf!r} as {AUTO_CLASSES[task]}: {_first_line(err)}; "
                 "give a folder written by save_pretrained (relative to the profile) or a model id this machine can download"
             ) from err
+        fresh = sorted({*loading["missing_keys"], *(str(k) for k in loading["mismatched_keys"])})
+        if fresh:  # transformers would initialize them at random: never deploy that silently
+            raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
+                               "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
     names = [spec.name for spec in profile.inputs]
     accepted = inspect.signature(model.forward).parameters
     unknown = [n for n in names if n not in accepted]
