@@ -2,20 +2,21 @@
 patterns the rules look for (written-out LayerNorm and GELU, constant chains, no-ops,
 transpose pairs, expand, attention scores) with ordinary ops.
 
-One class of generated case is excluded, with the reason checked by its own test: a LayerNorm
-whose input rows have a standard deviation tiny against their mean (e.g. sigmoid(relu(x)) with
-x < 0: rows of 0.5 and one 0.50036). The fused `LayerNormalization` is the same function, but
-onnxruntime's CPU kernel computes the variance in one pass, E[x^2] - E[x]^2, which cancels
-catastrophically there (error ~ float32 eps * (mean / std)^2): it returns -90.8 where float64
-and the written-out graph give -0.577. The written-out graph is the accurate one; the rewrite
-is exact; the kernel is not. Real LayerNorm inputs (residual streams) have std ~ |mean|.
+One class of generated case is checked with fuse-layernorm skipped (the other rules still run),
+for the reason its own test shows: a LayerNorm whose input rows have a standard deviation tiny
+against their mean (e.g. sigmoid(relu(x)) with x < 0: rows of 0.5 and one 0.50036). The fused
+`LayerNormalization` is the same function, but onnxruntime's CPU kernel computes the variance
+in one pass, E[x^2] - E[x]^2, which cancels catastrophically there (error ~ float32 eps *
+(mean / std)^2): it returns -90.8 where float64 and the written-out graph give -0.577. The
+written-out graph is the accurate one; the rewrite is exact; the kernel is not. Real LayerNorm
+inputs (residual streams) have std ~ |mean|.
 """
 
 import math
 
 import numpy as np
 import onnx
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -148,8 +149,9 @@ def test_optimize_preserves_outputs(tmp_path, kinds, seed):
     onnx.checker.check_model(onnx.load(target))
     assert result.nodes_after <= result.nodes_before
     if "fuse-layernorm" in result.history and layernorm_conditioning(kinds, seed, tmp_path) > TOLERANCE:
-        event("excluded: LayerNorm input ill-conditioned for onnxruntime's one-pass variance (see the module docstring)")
-        assume(False)
+        # onnxruntime's LayerNormalization cannot be compared here (module docstring): check every other rule on this graph
+        event("fuse-layernorm skipped: LayerNorm input ill-conditioned for onnxruntime's one-pass variance")
+        optimize_file(source, target, skip=["fuse-layernorm"])
     feeds = feeds_for(seed)
     (expected,), (actual,) = run_onnx(source, feeds), run_onnx(target, feeds)
     assert np.allclose(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), (kinds, seed, float(np.max(np.abs(actual - expected))))
