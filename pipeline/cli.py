@@ -178,7 +178,7 @@ def export(
 
     check_outputs([output], [])
     loaded = load_profile(profile)
-    if loaded.model.factory is None:
+    if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
     with console.status(f"exporting {loaded.name}") as spinner:
         result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update)
@@ -196,22 +196,31 @@ def export(
         "first MatMul. Outputs stay numerically equal (the build stage checks it on onnxruntime).\n\n"
         "Examples:\n\n"
         "  python -m pipeline optimize model.onnx -o model.opt.onnx --stats\n\n"
-        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul"
+        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul\n\n"
+        "  python -m pipeline optimize --list-rules"
     )
 )
 def optimize(
-    source: Annotated[Path, typer.Argument(help="ONNX file to optimize.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Optimized ONNX file to write.")],
+    source: Annotated[Optional[Path], typer.Argument(help="ONNX file to optimize.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Optimized ONNX file to write.")] = None,
     rules: Annotated[Optional[str], typer.Option(help="Only these rules, comma-separated.")] = None,
     skip_rules: Annotated[Optional[str], typer.Option(help="Rules not to apply, comma-separated.")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
+    list_rules: Annotated[bool, typer.Option("--list-rules", help="List the rules (name, priority, minimum opset, rewrite) and exit.")] = False,
 ) -> None:
     from pipeline.fileio import check_outputs
-    from pipeline.optimize import optimize_file
+    from pipeline.optimize import describe_rules, optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:
         return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
+    if list_rules:
+        lines = [f"{'rule':<32} {'priority':<10} {'opset':>5}  rewrite"]
+        lines += [f"{r['rule']:<32} {r['priority']:<10} {'>= ' + str(r['min_opset']) if r['min_opset'] > 1 else 'any':>5}  {r['rewrite']}" for r in describe_rules()]
+        sys.stdout.write("\n".join(lines) + "\n")
+        return
+    if source is None or output is None:
+        raise PipelineError("optimize: give the ONNX file and -o OUT.onnx (or --list-rules)")
     check_outputs([output], [source])
     with console.status(f"optimizing {source}"):
         result = optimize_file(source, output, names(rules), names(skip_rules))
@@ -232,6 +241,61 @@ def optimize(
 
 @app.command(
     help=(
+        "List the packaged profiles (and those in ./profiles): name, model, inputs, description. Use one with "
+        "--profile NAME.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline profiles"
+    )
+)
+def profiles() -> None:
+    from pipeline.profiles import describe_profiles
+
+    rows = describe_profiles()
+    width = max(len(r["name"]) for r in rows)
+    lines = [f"{r['name']:<{width}}  {r['model']}  inputs: {r['inputs']}" + (f"\n{'':<{width}}  {r['description']}" if r["description"] else "") for r in rows]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+class HfTask(str, Enum):
+    base = "base"
+    sequence_classification = "sequence-classification"
+    token_classification = "token-classification"
+    masked_lm = "masked-lm"
+    causal_lm = "causal-lm"
+    image_classification = "image-classification"
+
+
+@app.command(
+    help=(
+        "Write a starter profile for a Hugging Face model: SOURCE is a folder written by save_pretrained, or a "
+        "model_type (random weights from its default config). Inputs come from the model's forward (input_ids, "
+        "attention_mask, token_type_ids; or pixel_values), dims from the config; edit them to your shapes.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline init --hf ./my-checkpoint --task sequence-classification -o my-model.toml\n\n"
+        "  python -m pipeline init --hf bert -o bert.toml"
+    )
+)
+def init(
+    hf: Annotated[str, typer.Option("--hf", help="save_pretrained folder, or a model_type such as bert, gpt2, vit.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (never overwritten).")],
+    task: Annotated[HfTask, typer.Option(help="The head to load.")] = HfTask.base,
+) -> None:
+    if output.exists():
+        raise PipelineError(f"{output} exists; choose another -o or remove it")
+    from pipeline.fileio import write_text
+    from pipeline.models.hf import starter_profile
+    from pipeline.profiles import load_profile
+
+    name = output.stem if output.suffix == ".toml" else output.name
+    text = starter_profile(hf, task.value, name, output.resolve().parent)
+    write_text(output, text)
+    load_profile(str(output))  # what was written is a valid profile
+    stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",
+                           highlight=False, markup=False)
+
+
+@app.command(
+    help=(
         "Produce an FP16 (ModelOpt AutoCast) or INT8 (ModelOpt Q/DQ, calibrated) model from an ONNX file; with "
         "both flags, an INT8 model whose float parts are FP16. Calibration: --calib FILE.npz, or synthetic samples "
         "from --profile.\n\n"
@@ -246,7 +310,7 @@ def quantize(
     fp16: Annotated[bool, typer.Option("--fp16", help="FP16 (alone) or FP16 float parts (with --int8).")] = False,
     int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib).")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
     preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
 ) -> None:
     from pipeline.fileio import check_outputs
@@ -262,11 +326,23 @@ def quantize(
     load_onnx(source)
     out = stdout_console()
     if fp16 and not int8:
+        from pipeline.samples import make_inputs, model_feeds, range_sizes
+        from quant.calibration import model_inputs
         from quant.fp16 import convert_fp16
 
-        with console.status("converting to FP16 with ModelOpt AutoCast"), captured():
-            result = convert_fp16(source, output, [], [])
-        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers})", highlight=False)
+        if profile is not None:
+            loaded = load_profile(profile)
+            checks = [make_inputs(loaded, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(loaded))]
+        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs
+            checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
+        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"), captured():
+            result = convert_fp16(source, output, [], [], checks)
+        if result.checked_shapes:
+            first = next(iter(result.checked_shapes[0]))
+            checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
+        else:
+            checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
+        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers}); {checked}", highlight=False)
         return
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
@@ -295,7 +371,8 @@ def quantize(
         "with the nodes and the change to make.\n\n"
         "Examples:\n\n"
         "  python -m pipeline lint-qdq model.int8.onnx\n\n"
-        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json"
+        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json\n\n"
+        "  python -m pipeline lint-qdq model.int8.onnx --fail-on-findings   # CI: exit 1 when there are findings"
     ),
 )
 def lint_qdq(
@@ -303,6 +380,7 @@ def lint_qdq(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     max_sequence: Annotated[Optional[int], typer.Option(help="Longest sequence the engine will see (for the attention rule).")] = None,
+    fail_on_findings: Annotated[bool, typer.Option("--fail-on-findings", help="Exit 1 when there are findings (for CI) [default: exit 0].")] = False,
 ) -> None:
     import json
 
@@ -315,11 +393,13 @@ def lint_qdq(
     findings = lint_file(model, max_sequence)
     if fmt == "json":
         _emit(json.dumps(findings_json(findings), indent=2) + "\n", output)
-        return
-    lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
-    for finding in findings:
-        lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
-    _emit("\n".join(lines) + "\n", output)
+    else:
+        lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
+        for finding in findings:
+            lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
+        _emit("\n".join(lines) + "\n", output)
+    if fail_on_findings and findings:
+        raise typer.Exit(1)
 
 
 @app.command(
@@ -441,6 +521,16 @@ def bench(
         out.print(f"{label:>6}: p50 {row['p50_ms']:.3f} ms, p90 {row['p90_ms']:.3f}, p99 {row['p99_ms']:.3f}, mean {row['mean_ms']:.3f}, "
                   f"{row['throughput_per_s']:.1f}/s", highlight=False)
     out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False)
+
+
+def _runs(model: Path, feeds: dict) -> bool:
+    from pipeline.verify import run_onnx
+
+    try:
+        run_onnx(model, feeds)
+    except PipelineError:
+        return False
+    return True
 
 
 def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:

@@ -45,6 +45,7 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
         "max_abs_diff": result.max_abs_diff,
         "tolerance": ctx.profile.export.tolerance,
         "checked_shapes": result.checked_shapes,
+        "outputs": result.outputs,
     }
     return StageResult({"onnx": output}, metrics)
 
@@ -165,6 +166,7 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
     return {
         "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
         "exclude": [q.fp16_exclude_op_types, q.fp16_exclude_nodes],
+        "run_check": [{k: v.model_dump() for k, v in ctx.profile.dims.items()}, [s.model_dump() for s in ctx.profile.inputs]],
         "gate": [ctx.options.get("min_cosine") or q.min_cosine_fp16, q.accuracy_samples],
         "code": _code_hashes("quant.fp16", "quant.accuracy"),
         "modelopt": _modelopt_version(),
@@ -174,17 +176,20 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
 def _run_fp16(ctx: Context, status: Status) -> StageResult:
     from pipeline.fileio import atomic_path
     from pipeline.quiet import captured
+    from pipeline.samples import make_inputs, range_sizes
     from quant.fp16 import convert_fp16
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.fp16.onnx"
+    shape_checks = [make_inputs(ctx.profile, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(ctx.profile))]
     with atomic_path(target) as tmp:
-        status("converting to FP16 with ModelOpt AutoCast")
+        status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         with captured(ctx.out / "fp16.log"):
-            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes)
+            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes, shape_checks)
         figures = _accuracy(ctx, tmp, "FP16", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
         _gate("fp16", figures, minimum)
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
+               "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": minimum}
     return StageResult({"onnx": target, "log": ctx.out / "fp16.log"}, metrics)
 

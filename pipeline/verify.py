@@ -10,11 +10,12 @@ tests/factories.py `hand_written_block`: "Node input ... is not a graph input").
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StageFailed
 
 
 class OnnxSession:
@@ -40,9 +41,13 @@ class OnnxSession:
             raise InputError(f"{self.path}: model inputs {missing} are not in the profile's [[inputs]]; add them")
         try:
             return self.session.run(None, {name: feeds[name] for name in self.inputs})
-        except Exception as err:  # shapes or dtypes the model does not accept
+        except Exception as err:  # onnxruntime raises its own untyped errors
             shapes = {name: list(feeds[name].shape) for name in self.inputs}
-            raise InputError(f"{self.path}: onnxruntime cannot run it on inputs {shapes} ({_first_line(err)}); check the profile's [[inputs]] and dims") from err
+            raise StageFailed(f"{self.path}: onnxruntime cannot run it at input shapes {shapes}: {_run_failure(err)}") from err
+
+    def run_named(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`run`, each output under its graph output name, in the graph's order."""
+        return dict(zip(self.outputs, self.run(feeds), strict=True))
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -61,6 +66,16 @@ def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
         if a64.size:
             worst = max(worst, float(np.max(np.abs(a64 - b64))))
     return worst
+
+
+def _run_failure(err: Exception) -> str:
+    """onnxruntime's run error as "<op> node '<name>': <message>" without its source locations."""
+    text = " ".join(str(err).split())
+    match = re.search(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", text)
+    if not match:
+        return _first_line(err)
+    message = re.sub(r"^(\S+\.(cc|h):\d+ )?(.*?\) )?(status\.IsOK\(\) was false\. )?", "", match[3])
+    return f"{match[1]} node '{match[2]}': {message}"
 
 
 def _first_line(err: Exception) -> str:

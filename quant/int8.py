@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,7 @@ def quantize_int8(
                     onnx_path=str(copy), quantize_mode="int8", calibration_data_reader=_reader(feeds, on_step),
                     calibration_method=calibration_method, calibration_eps=["cpu"], high_precision_dtype=high_precision_dtype,
                     op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
+                    nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,
                     calibrate_per_node=False, output_path=str(quantized_path), log_level="ERROR",
                 )
         except (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError) as err:

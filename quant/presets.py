@@ -10,7 +10,10 @@
   into the GEMM), never the input of LayerNormalization or Softmax (their internals run in
   float inside the fused region); attention MatMuls get Q/DQ only when fused INT8 attention
   is possible (head size 16/32/64 and sequence <= 512, "Explicit Quantization" / "Fused
-  Attention"), else `disable_mha_qdq`.
+  Attention"), else `disable_mha_qdq`. The attention-mask Add before Softmax is never
+  quantized: it runs inside the fused attention, and a Hugging Face mask holds the float
+  minimum (or -inf) where tokens are padding, which no INT8 scale can represent (ModelOpt's
+  entropy calibration fails on it: "Too many bins for data range").
 - `gemm-only`: only MatMul/Gemm inputs (ModelOpt `op_types_to_quantize`), attention as in
   trt-fusion: the smallest placement, for when accuracy matters more than speed.
 """
@@ -48,6 +51,18 @@ class PresetPlan:
     op_types_to_quantize: list[str] | None
     disable_mha_qdq: bool
     notes: list[str] = field(default_factory=list)
+    nodes_to_exclude: list[str] = field(default_factory=list)  # exact node names
+
+
+def attention_mask_adds(model) -> list[str]:
+    """Names of the Adds that add a mask to attention scores: their output feeds a Softmax
+    (not residuals: the "skip" side is a mask of 0 and large negative values)."""
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    return [n.name for n in model.graph.node
+            if n.op_type == "Add" and any(c.op_type == "Softmax" for c in consumers.get(n.output[0], []))]
 
 
 def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
@@ -136,6 +151,15 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     """ModelOpt arguments for a preset; decides attention quantization from the model's shapes."""
     if preset.attention == "modelopt":
         return PresetPlan(preset.op_types_to_quantize, False, ["attention Q/DQ as ModelOpt places them"])
+    masks = attention_mask_adds(model)
+    plan = _attention_plan(preset, model, max_sequence)
+    plan.nodes_to_exclude = masks
+    if masks:
+        plan.notes.append(f"{len(masks)} attention-mask Add(s) before Softmax left in float")
+    return plan
+
+
+def _attention_plan(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     attention = attention_shapes(model)
     if not attention:
         return PresetPlan(preset.op_types_to_quantize, False, ["no attention found"])

@@ -4,6 +4,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No example database: a failure found once must not replay in every later run (CI's clean clone
+# and a developer's tree alike) without saying what it is; each failure prints its reproducer
+# (@reproduce_failure blob) and the falsifying example.
+settings.register_profile("project", database=None, print_blob=True)
+settings.load_profile("project")
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -42,10 +42,18 @@ class OptimizeResult:
 def select_rules(only: list[str] | None = None, skip: list[str] | None = None) -> list:
     from pipeline.optimize.rules import ALL_RULES, RULE_NAMES
 
-    unknown = sorted(set(only or []) | set(skip or []) - set(RULE_NAMES))
+    unknown = sorted((set(only or []) | set(skip or [])) - set(RULE_NAMES))
     if unknown:
         raise InputError(f"unknown rule {', '.join(unknown)}; rules are: {', '.join(RULE_NAMES)}")
     return [r for r in ALL_RULES if (not only or r.name in only) and r.name not in (skip or [])]
+
+
+def describe_rules() -> list[dict[str, Any]]:
+    """Every rule in the order it is tried: name, priority, minimum opset, and its rewrite (the rule's docstring)."""
+    from pipeline.optimize.engine import PRIORITY_NAMES
+    from pipeline.optimize.rules import ALL_RULES
+
+    return [{"rule": r.name, "priority": PRIORITY_NAMES[r.priority], "min_opset": r.min_opset, "rewrite": type(r).__doc__.strip()} for r in ALL_RULES]
 
 
 def _external_tensors(model) -> list[tuple[str, str, int, int | None]]:
@@ -79,6 +87,7 @@ def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
     with _collector_paused():
         # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
         model = ShapeInferencePass()(model).model
+        _forget_sequence_types(model)
         stats, history = run_rules(model, rules)
     return model, stats, history
 
@@ -106,3 +115,16 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
         sum(before.values()), sum(after.values()), dict(before), dict(after),
         [s.as_dict() for s in stats], history,
     )
+
+
+SEQUENCE_PRODUCERS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceMap"})
+
+
+def _forget_sequence_types(model) -> None:
+    """onnx_ir's ShapeInferencePass (1.1) types a sequence as its element tensor (GPT-2's
+    SplitToSequence output becomes FLOAT [batch, seq, 64]), which onnxruntime rejects when loading
+    the file: drop those annotations and let the consumer infer them."""
+    for node in model.graph:
+        if node.op_type in SEQUENCE_PRODUCERS and node.domain in ("", "ai.onnx"):
+            for value in node.outputs:
+                value.type, value.shape = None, None
