@@ -1,11 +1,16 @@
 """Numerical checks on onnxruntime's CPU provider (onnxruntime is imported lazily).
 
 One session per model: creating one costs as much as several runs of a small model, so a
-model is loaded once and every feed goes through that session. Sessions run onnxruntime's
-basic graph optimizations (constant folding, redundant node removal: exact rewrites that make
-Q/DQ models several times faster). The extended level is not used: its `FastGeluFusion`
-breaks a valid graph where the erf and tanh GELU forms share `x * 0.5` (seen on
-tests/factories.py `hand_written_block`: "Node input ... is not a graph input").
+model is loaded once and every feed goes through that session.
+
+Accuracy checks run onnxruntime's basic graph optimizations (constant folding, redundant node
+removal, a few fusions): they make Q/DQ models several times faster. The extended level is not
+used: its `FastGeluFusion` breaks a valid graph where the erf and tanh GELU forms share
+`x * 0.5` (seen on tests/factories.py `hand_written_block`: "Node input ... is not a graph
+input"). Checks of our own rewrites (`compare_models`, `run_onnx`) run the graph as written
+(`as_written`): the basic level already fuses a written-out LayerNorm into onnxruntime's
+one-pass-variance kernel, which would hide what a rewrite did (and is off by orders of
+magnitude on rows whose std is tiny against their mean).
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ from pipeline.errors import InputError, StageFailed
 
 
 class OnnxSession:
-    """One onnxruntime CPU session for an ONNX file; `run` feeds only the inputs the model declares."""
+    """One onnxruntime CPU session for an ONNX file; `run` feeds only the inputs the model declares.
+    `as_written` turns onnxruntime's graph optimizations off (module docstring)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, as_written: bool = False):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        level = ort.GraphOptimizationLevel
+        options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written else level.ORT_ENABLE_BASIC
         self.path = Path(path)
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -51,8 +58,8 @@ class OnnxSession:
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """One run of an ONNX file (a session for one feed: use OnnxSession to run several)."""
-    return OnnxSession(path).run(feeds)
+    """One run of an ONNX file as written (a session for one feed: use OnnxSession to run several)."""
+    return OnnxSession(path, as_written=True).run(feeds)
 
 
 def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
@@ -84,7 +91,7 @@ def _first_line(err: Exception) -> str:
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> float:
     """Largest |reference - candidate| over all outputs and all feed sets (onnxruntime CPU)."""
-    expected, actual = OnnxSession(reference), OnnxSession(candidate)
+    expected, actual = OnnxSession(reference, as_written=True), OnnxSession(candidate, as_written=True)
     worst = 0.0
     for feeds in feed_sets:
         try:
