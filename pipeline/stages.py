@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,9 +136,11 @@ def _held_out(ctx: Context) -> list[dict]:
 
 def _accuracy(ctx: Context, candidate: Path, label: str, status: Status) -> dict[str, Any]:
     """Accuracy of `candidate` against the optimized FP32 model, whose outputs are computed once per
-    build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256)."""
+    build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256). The figures record
+    the check's own wall time (`check_seconds`), so its share of the stage is on record."""
     from quant.accuracy import accuracy, model_outputs
 
+    started = time.perf_counter()
     source = ctx.input("optimize", "onnx")
     record = ctx.manifest.get("optimize")
     key = ("fp32 outputs", record.output_sha256.get("onnx") or sha256_file(source))
@@ -147,7 +150,8 @@ def _accuracy(ctx: Context, candidate: Path, label: str, status: Status) -> dict
         status(f"running the FP32 model on {samples} held-out samples")
         ctx.cache[key] = model_outputs(source, batches)
     status(f"running the {label} model on {samples} held-out samples")
-    return accuracy(ctx.cache[key], model_outputs(candidate, batches), samples)
+    figures = accuracy(ctx.cache[key], model_outputs(candidate, batches), samples)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
 
 
 def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
