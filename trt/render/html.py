@@ -45,16 +45,19 @@ def html(data: dict[str, Any], kind: str) -> str:
 
 
 def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[str, dict[str, Any]], markers: list[list]) -> dict[str, Any]:
-    """Runs of consecutive nodes in one region, as SVG rectangles with a tooltip each."""
+    """Runs of consecutive nodes in one region, as SVG rectangles with a tooltip each. Nodes the engine does not
+    name (Myelin lists the ops it fuses, not every reshape) between two nodes of one region are drawn in it."""
+    shown = _fill_gaps(regions)
     count = max(1, len(nodes))
     scale = STRIP_WIDTH / count
     colours: dict[int, str] = {}
     used = {"myelin": 0, "layer": 0, "qdq": 0}
     runs, start = [], 0
     for i in range(1, len(nodes) + 1):
-        if i < len(nodes) and regions[i] == regions[start]:
+        if i < len(nodes) and shown[i] == shown[start]:
             continue
-        region = regions[start]
+        region = shown[start]
+        span = nodes[start:i]
         if region is None:
             colour, title = NOT_IN_ENGINE, "in no compute layer of this engine (folded, or only in a reformat)"
         else:
@@ -65,16 +68,35 @@ def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[s
                 colours[region] = shades[used[family] % len(shades)]
                 used[family] += 1
             colour = colours[region]
-            title = f"region {region}: {about.get('name', '?')} ({about.get('type', '?')}, {about.get('precision') or '?'})"
-        span = nodes[start:i]
+            unnamed = sum(r is None for r in regions[start:i])
+            title = f"region {region}: {about.get('name', '?')} ({about.get('type', '?')}, {about.get('precision') or '?'})" + (
+                f"; {unnamed} of these nodes are not named by the engine" if unnamed else "")
         title += f"\n{len(span)} node{'s' if len(span) != 1 else ''}: {span[0]}" + (f" ... {span[-1]}" if len(span) > 1 else "")
         width = max((i - start) * scale, 0.6)
         text = _fit(str(info.get(str(region), {}).get("name", "")) if region is not None else "", width)
         runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": text, "ink": "#fff" if colour in DARK else "#222"})
         start = i
     ticks = [{"x": round(min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
-    changes = sum(1 for a, b in zip(regions, regions[1:]) if a != b and a is not None and b is not None)
-    return {"label": label, "runs": runs, "ticks": ticks, "nodes": len(nodes), "regions": len({r for r in regions if r is not None}), "changes": changes}
+    named = [r for r in regions if r is not None]
+    changes = sum(1 for a, b in zip(named, named[1:]) if a != b)
+    return {"label": label, "runs": runs, "ticks": ticks, "nodes": len(nodes), "regions": len(set(named)), "changes": changes}
+
+
+def _fill_gaps(regions: list[int | None]) -> list[int | None]:
+    """None runs with the same region on both sides take that region."""
+    shown = list(regions)
+    i = 0
+    while i < len(shown):
+        if shown[i] is not None:
+            i += 1
+            continue
+        j = i
+        while j < len(shown) and shown[j] is None:
+            j += 1
+        if 0 < i and j < len(shown) and shown[i - 1] == shown[j]:
+            shown[i:j] = [shown[j]] * (j - i)
+        i = j
+    return shown
 
 
 def _fit(name: str, width: float) -> str:
