@@ -38,7 +38,7 @@ class Tensor:
     dtype: str | None = None  # normalized: FP32, FP16, BF16, INT8, FP8, INT32, INT64, BOOL, ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Layer:
     name: str
     type: str
@@ -86,7 +86,7 @@ def only_qdq(layer: Layer) -> bool:
     return layer.origin == "QDQ" or (bool(layer.onnx_nodes) and all(looks_qdq(n) for n in layer.onnx_nodes))
 
 
-@dataclass
+@dataclass(slots=True)
 class Region:
     """A Myelin graph (kind "myelin") or one standalone layer (kind "layer"); built by EnginePlan.settle()."""
 

@@ -251,8 +251,12 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[s
         return found
 
     for layer in plan.layers:
-        modules = Counter(map(module_for, layer.onnx_nodes)) if layer.onnx_nodes else Counter({UNMAPPED: 1})
-        total = sum(modules.values())
+        nodes = layer.onnx_nodes
+        if len(nodes) > 1:
+            modules = Counter(map(module_for, nodes))
+        else:
+            modules = {module_for(nodes[0]) if nodes else UNMAPPED: 1}
+        total = len(nodes) or 1
         for module, count in modules.items():
             row = rows[module]
             row["layers"] += 1

@@ -67,10 +67,10 @@ def nodes_from_metadata(metadata: str) -> list[str]:
     names = []
     for piece in metadata.split(_ONNX_ENTRY)[1:]:
         piece = piece.rstrip(_ENTRY_TAIL)
-        if piece.endswith("]"):
-            piece = piece[:-1]
-        names.append(piece)
-    return unique(names)
+        piece = (piece[:-1] if piece.endswith("]") else piece).strip()
+        if piece:
+            names.append(piece)
+    return list(dict.fromkeys(names)) if len(names) > 1 else names
 
 
 _FOREIGN_PREFIX, _FOREIGN_SUFFIX = "{ForeignNode[", "]}"
@@ -223,13 +223,14 @@ def _check_unique(plan: EnginePlan) -> None:
 
 
 def _assign_profiles(plan: EnginePlan) -> None:
-    """` [profile N]` in the layer's name, else in its tensors' names; a Myelin graph takes its kernels' profile."""
+    """` [profile N]` in the layer's name; a Myelin kernel may carry it only in its tensors' names, and a Myelin
+    graph takes its kernels' profile. (Other layers of profile N always have it in their own name.)"""
     graph_profile: dict[int, int] = {}
     for layer in plan.layers:
         profile = profile_of(layer.name)
-        if profile is None:
+        if profile is None and layer.myelin_graph is not None:
             profile = max((p for t in layer.inputs + layer.outputs if (p := profile_of(t.name)) is not None), default=0)
-        layer.profile = profile
+        layer.profile = profile or 0
         if layer.myelin_graph is not None and layer.myelin_graph >= 0:
             graph_profile[layer.myelin_graph] = max(graph_profile.get(layer.myelin_graph, 0), layer.profile)
     for layer in plan.layers:

@@ -100,7 +100,8 @@ def layer_from_object(item: Any) -> Layer:
         raise BadLayer(".Name", f"got {_short(name)}", "a non-empty layer name")
     if type(layer_type) is not str or not layer_type:
         raise BadLayer(".LayerType", f"got {_short(layer_type)}", "a layer type string such as 'kgen' or 'CaskConvolution'")
-    layer = Layer(name=name, type=layer_type, tactic=_str_or_none(item.get("TacticName") or item.get("TacticValue")), origin=_str_or_none(item.get("Origin")))
+    tactic, origin = item.get("TacticName") or item.get("TacticValue"), item.get("Origin")
+    layer = Layer(name=name, type=layer_type, tactic=tactic if type(tactic) is str else _str_or_none(tactic), origin=origin if origin is None or type(origin) is str else _str_or_none(origin))
     for key, target in (("Inputs", layer.inputs), ("Outputs", layer.outputs)):
         tensors = item.get(key) or []
         if type(tensors) is not list:

@@ -53,7 +53,7 @@ def parse_timing(path: Path | str) -> list[TimingRecord]:
         if type(name) is not str:
             raise LayerInfoParseError(source, FORMAT, f"{where}.name", f"a {type(name).__name__}", "a layer name string")
         values = [record.get(key) for key in ("averageMs", "timeMs", "medianMs", "percentage")]
-        if not all(type(v) is float and math.isfinite(v) for v in values):  # the common case needs no per-value checks
+        if not all(type(v) is float and v - v == 0 for v in values):  # finite floats (inf - inf is nan): no per-value checks
             values = [_number(source, where, key, value, optional=key != "averageMs") for key, value in zip(("averageMs", "timeMs", "medianMs", "percentage"), values)]
         records.append(TimingRecord(name, *values))
     return records
