@@ -1,8 +1,8 @@
 """Fuzz run at scale: the mutation strategy of tests/test_parsers_malformed.py over every real TensorRT file,
 plus crafted inputs aimed at super-linear parsing (the quadratic regexes issue 10 found) and a 20 MB file.
 
-For each input: parse it as layer information, build the report, render it in every format, and parse it
-as a trtexec profile. Counted: inputs, foreign exceptions (anything not a PipelineError), inputs over
+For each input: parse it as layer information, build the report and render it in every format, diff it
+against the file it was mutated from, and parse it as a trtexec profile. Counted: inputs, foreign exceptions (anything not a PipelineError), inputs over
 3 s, the slowest input. Hypothesis generates (no shrinking, no example database: every run is new);
 a foreign exception is recorded with the fixture, the exception and a short repr of the input.
 Run: python bench/fuzz_parsers.py [--examples 10000]  -> bench/results/fuzz_parsers.json
@@ -27,6 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 from test_parsers_malformed import FIXTURES, mutate  # noqa: E402
 
 from pipeline.errors import PipelineError  # noqa: E402
+from trt.diff import build_diff  # noqa: E402
 from trt.parsers import parse_layer_info, parse_timing  # noqa: E402
 from trt.render import FORMATS, render  # noqa: E402
 from trt.report import build_report  # noqa: E402
@@ -61,9 +62,10 @@ def crafted() -> dict[str, bytes]:
     }
 
 
-def run_one(path: Path) -> tuple[float, str | None]:
-    """The slowest command's seconds (`report -f FMT` for each format: parse + report + render; `--timing`:
-    the profile parse) and the foreign exception (None when only our errors, or none, were raised)."""
+def run_one(path: Path, original: Path | None = None) -> tuple[float, str | None]:
+    """The slowest command's seconds (`report -f FMT` for each format: parse + report + render; `diff` against
+    the file it was mutated from; `--timing`: the profile parse) and the foreign exception (None when only our
+    errors, or none, were raised)."""
     foreign, commands = None, [0.0]
     try:
         started = time.perf_counter()
@@ -74,6 +76,12 @@ def run_one(path: Path) -> tuple[float, str | None]:
                 started = time.perf_counter()
                 render(report, fmt, "report")
                 commands.append(parsed + time.perf_counter() - started)
+            if original is not None:
+                started = time.perf_counter()
+                diff = build_diff(parse_layer_info(original), parse_layer_info(path))
+                for fmt in FORMATS:
+                    render(diff, fmt, "diff")
+                commands.append(time.perf_counter() - started)
         except PipelineError:
             commands.append(time.perf_counter() - started)
         started = time.perf_counter()
@@ -119,7 +127,7 @@ def main() -> None:
         mutated = mutate(data, (DATA / name).read_bytes())
         path = folder / ("fuzz" + (".json" if name.endswith(".json") else ".log"))
         path.write_bytes(mutated)
-        seconds, foreign = run_one(path)
+        seconds, foreign = run_one(path, None if name.endswith(".profile.json") else DATA / name)
         record(f"mutated {name} ({len(mutated)} bytes): {mutated[:80]!r}...", seconds, foreign)
 
     started = time.perf_counter()

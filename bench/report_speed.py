@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "trt"
 FIXTURE = DATA / "trt10.16_detailed_mnist_myelin.layers.json"
 RESULTS = REPO / "bench" / "results" / "report_speed.json"
+FUZZ_RESULTS = REPO / "bench" / "results" / "fuzz_parsers.json"
 SIZES = (400, 4_000, 40_000)
 TARGETS = {"text": 3.0, "json": 1.5}  # seconds at 40,000 layers (issue 15)
 REAL_TARGET = 0.25  # seconds per real file
@@ -155,15 +156,15 @@ def main() -> None:
         readme = REPO / "README.md"
         text = readme.read_text()
         start, end = text.index(TABLE_START), text.index(TABLE_END)
-        readme.write_text(text[: start + len(TABLE_START)] + "\n" + readme_table(result) + text[end:])
+        readme.write_text(text[: start + len(TABLE_START)] + "\n" + readme_table(result, json.loads(FUZZ_RESULTS.read_text())) + text[end:])
 
 
 def _cell(s: dict[str, float]) -> str:
     return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
 
 
-def readme_table(result: dict) -> str:
-    """The README's speed table, from the results file (a test checks the README holds exactly this)."""
+def readme_table(result: dict, fuzz: dict) -> str:
+    """The README's speed table and fuzz summary, from the results files (a test checks the README holds exactly this)."""
     seconds = result["seconds"]
     trex = "trex" in result
     lines = ["| layers | `-f json` | `-f text` | `-f html` |" + (" trex `EnginePlan` | json / trex |" if trex else ""),
@@ -184,6 +185,10 @@ def readme_table(result: dict) -> str:
         f"takes {seconds['cli_help']['median']:.2f} s. Scaling 4,000 -> 40,000 layers: json x{result['scaling']['json']['40000/4000']}, "
         f"text x{result['scaling']['text']['40000/4000']}. Real files: the slowest ({slowest.split('/', 1)[1]}) takes "
         f"{real[slowest]['median']:.2f} s as a whole process and {inner[slowest_inner]['median']:.3f} s in process (parse, report, text).\n"
+        f"\nFuzz run (`bench/fuzz_parsers.py`, results in `bench/results/fuzz_parsers.json`): {fuzz['mutated_inputs']:,} mutated real files and "
+        f"{len(fuzz['crafted_inputs'])} crafted inputs up to 20 MB, each parsed, reported, rendered in every format and read as a profile: "
+        f"{fuzz['foreign_exceptions']} exceptions other than the project's own, {fuzz['inputs_over_limit']} inputs over {fuzz['limit_seconds']:.0f} s "
+        f"(slowest {fuzz['slowest']['seconds']:.2f} s).\n"
     )
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import InputError, PipelineError
+from trt.diff import build_diff
 from trt.parsers import LayerInfoParseError, parse_layer_info, parse_timing
 from trt.render import FORMATS, render
 from trt.report import build_report
@@ -158,8 +159,9 @@ def mutate(data: st.DataObject, original: bytes) -> bytes:
     return original[:start] + insert + original[stop:]
 
 
-def exercise(path) -> None:
-    """Everything `report` does with a file, in every output format: only the project's errors may escape."""
+def exercise(path, original=None) -> None:
+    """Everything `report` does with a file, in every output format, and `diff` against the file it was
+    mutated from: only the project's errors may escape."""
     try:
         plan = parse_layer_info(path)
     except PipelineError:
@@ -167,6 +169,13 @@ def exercise(path) -> None:
     report = build_report(plan)
     for fmt in FORMATS:
         render(report, fmt, "report")
+    if original is not None:
+        try:
+            diff = build_diff(parse_layer_info(original), parse_layer_info(path))
+        except PipelineError:
+            return
+        for fmt in FORMATS:
+            render(diff, fmt, "diff")
 
 
 @FUZZ
@@ -174,7 +183,7 @@ def exercise(path) -> None:
 def test_fuzz_mutated_real_files(tmp_path, trt_fixtures, data):
     name = data.draw(st.sampled_from(FIXTURES))
     path = write(tmp_path, mutate(data, (trt_fixtures / name).read_bytes()), "fuzz" + (".json" if name.endswith(".json") else ".log"))
-    exercise(path)
+    exercise(path, None if name.endswith(".profile.json") else trt_fixtures / name)
     try:
         parse_timing(path)
     except PipelineError:

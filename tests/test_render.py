@@ -31,7 +31,7 @@ def test_every_real_file_renders_a_self_contained_page(trt_fixtures, name):
             after = next((r for r in regions[i:] if r is not None), None)
             regions[i] = after if after is not None and after == regions[i - 1] else None
     runs = 1 + sum(1 for a, b in zip(regions, regions[1:]) if a != b) if regions else 0
-    assert page.count("<rect") == runs, "one rectangle per run of nodes in one region"
+    assert page.count("<rect") == 2 * runs, "one rectangle (and its precision band) per run of nodes in one region"
     diff = render(diff_from_files(trt_fixtures / name, trt_fixtures / name), "html", "diff")
     assert self_contained(diff) and diff.count("<svg") == 2
 

@@ -57,7 +57,7 @@ def build_diff(plan_a: EnginePlan, plan_b: EnginePlan, graph_a: OnnxGraph | None
     diff["findings"] = _findings(diff)
     cut_nodes = {c["to_node"]: f"{c['quantize']} -> {c['dequantize']}" for s in diff["splits"] for c in s["cuts"] if c["quantize"] and c["to_node"]}
     placed = tuple({n: s["a_region"]["index"] for s in diff[key] if s["approximate"] for b in s["b_regions"] for n in b["nodes"]} for key in ("splits", "merges"))
-    diff["fusion_map"] = diff_map(plan_a, plan_b, graph_a, graph_b, cut_nodes, placed)
+    diff["fusion_map"] = diff_map(plan_a, plan_b, graph_a, graph_b, join == "onnx-names", cut_nodes, placed)
     return diff
 
 

@@ -63,19 +63,27 @@ def report_map(plan: EnginePlan, graph: OnnxGraph | None) -> dict[str, Any]:
     return {"order": order, "nodes": nodes, "region": [where.get(n) for n in nodes], "qdq": [[p, n] for p, n in markers]}
 
 
-def diff_map(plan_a: EnginePlan, plan_b: EnginePlan, graph_a: OnnxGraph | None, graph_b: OnnxGraph | None, cut_nodes: dict[str, str],
+def diff_map(plan_a: EnginePlan, plan_b: EnginePlan, graph_a: OnnxGraph | None, graph_b: OnnxGraph | None, joined: bool, cut_nodes: dict[str, str],
              placed: tuple[dict[str, int], dict[str, int]]) -> dict[str, Any]:
-    """Both engines over one node order. Markers: the Q/DQ pairs at B's cuts (`cut_nodes`: node -> the pair in
+    """Both engines over one node order when their node names join (`nodes`), else each over its own
+    (`nodes` for A, `b_nodes` for B). Markers: the Q/DQ pairs at B's cuts (`cut_nodes`: node -> the pair in
     front of it, found with B's ONNX), else B's standalone Q/DQ layers. `placed` adds, per side, the nodes an
     approximate (names-only range) split placed in a region."""
-    order, nodes, markers = node_order([plan_a, plan_b], graph_b or graph_a, set() if graph_b is not None else standalone_qdq(plan_b))
+    marked = set() if graph_b is not None else standalone_qdq(plan_b)
+    if joined:
+        order, nodes, markers = node_order([plan_a, plan_b], graph_b or graph_a, marked)
+        b_nodes = nodes
+    else:
+        order, nodes, _ = node_order([plan_a], graph_a, set())
+        _, b_nodes, markers = node_order([plan_b], graph_b, marked)
     where_a, where_b = placed[0] | node_regions(plan_a), placed[1] | node_regions(plan_b)
     if graph_b is not None:
-        qdq = [[i, cut_nodes[n]] for i, n in enumerate(nodes) if n in cut_nodes]
+        qdq = [[i, cut_nodes[n]] for i, n in enumerate(b_nodes) if n in cut_nodes]
     else:
         qdq = [[p, n] for p, n in markers]
-    a, b = [where_a.get(n) for n in nodes], [where_b.get(n) for n in nodes]
-    return {"order": order, "nodes": nodes, "a": a, "b": b, "qdq": qdq, "a_regions": _region_info(plan_a, a), "b_regions": _region_info(plan_b, b)}
+    a, b = [where_a.get(n) for n in nodes], [where_b.get(n) for n in b_nodes]
+    found = {"order": order, "nodes": nodes, "a": a, "b": b, "qdq": qdq, "a_regions": _region_info(plan_a, a), "b_regions": _region_info(plan_b, b)}
+    return found if joined else found | {"b_nodes": b_nodes}
 
 
 def _region_info(plan: EnginePlan, used: list[int | None]) -> dict[str, dict[str, Any]]:

@@ -19,6 +19,8 @@ PALETTE = {
     "qdq": ("#e69138", "#f4c28a"),
 }
 NOT_IN_ENGINE = "#e4e4e4"
+# the band under each run: the region's precision
+PRECISION_COLOURS = {"FP32": "#8c8c8c", "FP16": "#2a9d9d", "BF16": "#2a9d9d", "INT8": "#e69138", "FP8": "#8e63b8", "FP4": "#c44e52", "INT4": "#c44e52"}
 DARK = {shades[i] for shades in PALETTE.values() for i in (0, 2) if i < len(shades)}  # white text on these
 
 
@@ -35,13 +37,15 @@ def html(data: dict[str, Any], kind: str) -> str:
         strips = [_strip("engine", fusion_map["nodes"], fusion_map["region"], info, fusion_map["qdq"])]
         peak = max([m["layers"] for m in data["modules"]] + [1])
         peak_ms = max([m["time_ms"] or 0 for m in data["modules"]] + [0]) or 1.0
-        return env.get_template("report.html.j2").render(report=data, regions=regions, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE,
+        return env.get_template("report.html.j2").render(report=data, regions=regions, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, precisions=PRECISION_COLOURS,
                                                          peak=peak, peak_ms=peak_ms, width=STRIP_WIDTH)
+    own = " in its own order: the node names do not join" if "b_nodes" in fusion_map else ""
     strips = [
-        _strip(f"A ({data['a']['precision']})", fusion_map["nodes"], fusion_map["a"], fusion_map["a_regions"], []),
-        _strip(f"B ({data['b']['precision']})", fusion_map["nodes"], fusion_map["b"], fusion_map["b_regions"], fusion_map["qdq"]),
+        _strip(f"A ({data['a']['precision']}){own}", fusion_map["nodes"], fusion_map["a"], fusion_map["a_regions"], []),
+        _strip(f"B ({data['b']['precision']}){own}", fusion_map.get("b_nodes", fusion_map["nodes"]), fusion_map["b"], fusion_map["b_regions"], fusion_map["qdq"]),
     ]
-    return env.get_template("diff.html.j2").render(diff=data, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, width=STRIP_WIDTH)
+    return env.get_template("diff.html.j2").render(diff=data, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, precisions=PRECISION_COLOURS,
+                                                   width=STRIP_WIDTH)
 
 
 def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[str, dict[str, Any]], markers: list[list]) -> dict[str, Any]:
@@ -74,7 +78,9 @@ def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[s
         title += f"\n{len(span)} node{'s' if len(span) != 1 else ''}: {span[0]}" + (f" ... {span[-1]}" if len(span) > 1 else "")
         width = max((i - start) * scale, 0.6)
         text = _fit(str(info.get(str(region), {}).get("name", "")) if region is not None else "", width)
-        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": text, "ink": "#fff" if colour in DARK else "#222"})
+        precision = info.get(str(region), {}).get("precision") if region is not None else None
+        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": text, "ink": "#fff" if colour in DARK else "#222",
+                     "band": PRECISION_COLOURS.get(precision or "", "#ffffff")})
         start = i
     ticks = [{"x": round(min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
     named = [r for r in regions if r is not None]
