@@ -4,7 +4,8 @@
 import json
 from collections import Counter
 
-from conftest import REPO
+import pytest
+from conftest import REPO, TRT_DATA
 from trt_facts import ONNX_ENTRY, kernel_graph
 
 from trt.parsers import parse_layer_info
@@ -75,3 +76,26 @@ def test_trt11_schema_from_the_migration_page_example():
     assert "TensorRT 11.x" in plan.format and plan.io_tensors == ["input_0", "output_0"]
     assert [layer.precision for layer in plan.layers] == ["FP32", "FP32"]
     assert plan.layers[1].onnx_nodes == ["/pool/GlobalAveragePool", "/flatten/Flatten", "/fc/Gemm"]
+
+
+INSPECTOR_JSON = sorted(p.name for p in TRT_DATA.iterdir() if p.suffix == ".json" and not p.name.endswith(".profile.json"))
+
+
+@pytest.mark.parametrize("name", INSPECTOR_JSON)
+def test_every_inspector_json_fixture_counts(trt_fixtures, name):
+    """Layers, Myelin layers and graphs, Q/DQ reformats and ONNX nodes, against the file read with json alone."""
+    raw = json.loads((trt_fixtures / name).read_text())["Layers"]
+    plan = parse_layer_info(trt_fixtures / name)
+    names = [r if isinstance(r, str) else r["Name"] for r in raw]
+    assert [layer.name for layer in plan.layers] == names
+    foreign = [n for n in names if n.startswith("{ForeignNode[")]
+    kernels = [n for n in names if kernel_graph(n) is not None]
+    assert sum(layer.myelin for layer in plan.layers) == len(foreign) + len(kernels)
+    assert len({layer.myelin_graph for layer in plan.layers if layer.myelin}) == len(foreign) + len({kernel_graph(n) for n in kernels})
+    objects = [r for r in raw if isinstance(r, dict)]
+    assert sum(layer.origin == "QDQ" for layer in plan.layers) == sum(r.get("Origin") == "QDQ" for r in objects)
+    if objects and all("Metadata" in r for r in objects):
+        assert {n for layer in plan.layers for n in layer.onnx_nodes} == {n for r in objects for n in ONNX_ENTRY.findall(r["Metadata"])}
+    else:  # from names: never a fused name, a kernel name, or a name TensorRT made up
+        nodes = {n for layer in plan.layers for n in layer.onnx_nodes}
+        assert nodes and not [n for n in nodes if " + " in n or kernel_graph(n) is not None or "(Unnamed Layer*" in n or n.startswith("Reformatting CopyNode")]

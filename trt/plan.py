@@ -117,12 +117,15 @@ class Region:
         return sum(times) if times else None
 
     def settle(self) -> None:
-        single = len(self.layers) == 1
-        self.onnx_nodes = self.layers[0].onnx_nodes if single else list(dict.fromkeys(n for layer in self.layers for n in layer.onnx_nodes))
+        if len(self.layers) == 1:
+            layer = self.layers[0]
+            self.onnx_nodes, self.precision, self.compute, self.qdq = layer.onnx_nodes, layer.precision, layer.compute, self.kind == "layer" and layer.qdq
+            return
+        self.onnx_nodes = list(dict.fromkeys(n for layer in self.layers for n in layer.onnx_nodes))
         found = {layer.precision for layer in self.layers} - {None}
         self.precision = next((rank for rank in PRECISION_RANK if rank in found), min(found) if found else None)
         self.compute = any(layer.compute for layer in self.layers)
-        self.qdq = self.kind == "layer" and self.layers[0].qdq
+        self.qdq = False
 
 
 @dataclass

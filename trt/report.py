@@ -252,10 +252,12 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[s
 
     for layer in plan.layers:
         nodes = layer.onnx_nodes
-        if len(nodes) > 1:
-            modules = Counter(map(module_for, nodes))
-        else:
-            modules = {module_for(nodes[0]) if nodes else UNMAPPED: 1}
+        modules: dict[str, int] = {}
+        for name in nodes:
+            module = modules_of.get(name) or module_for(name)
+            modules[module] = modules.get(module, 0) + 1
+        if not nodes:
+            modules[UNMAPPED] = 1
         total = len(nodes) or 1
         for module, count in modules.items():
             row = rows[module]
