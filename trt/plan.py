@@ -31,21 +31,13 @@ PRECISION_RANK = ("FP4", "INT4", "FP8", "INT8", "FP16", "BF16", "FP32")
 
 
 @dataclass(slots=True)
-class Tensor:
-    """A layer input or output: what the report needs is its name (profiles) and its type (precision)."""
-
-    name: str
-    dtype: str | None = None  # normalized: FP32, FP16, BF16, INT8, FP8, INT32, INT64, BOOL, ...
-
-
-@dataclass(slots=True)
 class Layer:
     name: str
     type: str
     onnx_nodes: list[str] = field(default_factory=list)
     mapping: str | None = None
-    inputs: list[Tensor] = field(default_factory=list)
-    outputs: list[Tensor] = field(default_factory=list)
+    precision: str | None = None  # the lowest floating/quantized precision among its tensors (set_tensors)
+    tensor_profile: int = 0  # the highest ` [profile N]` in its tensors' names (Myelin kernels carry it only there)
     tactic: str | None = None
     origin: str | None = None  # "REFORMAT" or "QDQ" for reformat layers (TensorRT 8.x)
     myelin_graph: int | None = None
@@ -54,7 +46,6 @@ class Layer:
     time_ms: float | None = None
     # set by EnginePlan.settle() once the layers are read:
     region: int | None = None  # index into EnginePlan.regions
-    precision: str | None = None  # the lowest floating/quantized precision among its tensors
     qdq: bool = False  # it only quantizes or dequantizes
 
     @property
@@ -72,13 +63,19 @@ class Layer:
         return self.myelin_graph is not None or self.origin == "QDQ" or (self.type not in NON_COMPUTE_TYPES and self.origin != "REFORMAT")
 
 
-def layer_precision(layer: Layer) -> str | None:
-    """The lowest floating/quantized precision among the layer's tensors, else its first output's type."""
-    types = [t.dtype for t in layer.inputs + layer.outputs if t.dtype]
+def set_tensors(layer: Layer, inputs: list[tuple[str, str | None]], outputs: list[tuple[str, str | None]]) -> None:
+    """What the report needs from a layer's (name, normalized type) tensors: its precision (the lowest
+    floating/quantized type among them, else its first output's type) and the profile their names carry."""
+    types = [dtype for _, dtype in inputs + outputs if dtype]
+    layer.precision = lowest_precision(types, outputs[0][1] if outputs else None)
+    layer.tensor_profile = max((p for name, _ in inputs + outputs if (p := profile_of(name)) is not None), default=0)
+
+
+def lowest_precision(types: list[str], first_output: str | None) -> str | None:
     for rank in PRECISION_RANK:
         if rank in types:
             return rank
-    return layer.outputs[0].dtype if layer.outputs and layer.outputs[0].dtype else (types[0] if types else None)
+    return first_output or (types[0] if types else None)
 
 
 def only_qdq(layer: Layer) -> bool:
@@ -157,10 +154,10 @@ class EnginePlan:
         return 1 + max((layer.profile for layer in self.layers), default=0)
 
     def settle(self) -> None:
-        """Per-layer precision and Q/DQ facts, then the regions: one per (profile, Myelin graph), one per
+        """Per-layer Q/DQ facts, then the regions: one per (profile, Myelin graph), one per
         other layer, in layer order. Called when the layers are read, and again if their nodes change."""
         for layer in self.layers:
-            layer.precision, layer.qdq = layer_precision(layer), only_qdq(layer)
+            layer.qdq = only_qdq(layer)
         self.regions = []
         by_graph: dict[tuple[int, int], Region] = {}
         for index, layer in enumerate(self.layers):
@@ -217,11 +214,17 @@ _DTYPE_NEEDLES = (
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """Pause Python's cycle collector while reading a file into many small acyclic objects: on a
-    40,000-layer engine the repeated collections cost more than the parsing (reference counting still frees)."""
+    40,000-layer engine the repeated collections cost more than the parsing (reference counting still
+    frees everything). On success the objects made are frozen (gc.freeze), so the collector never scans
+    them again; after an error nothing is frozen and collection resumes as usual."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
-    finally:
+    except BaseException:
         if enabled:
             gc.enable()
+        raise
+    gc.freeze()
+    if enabled:
+        gc.enable()

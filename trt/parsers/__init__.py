@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.errors import InputError
 from trt.parsers import builder_log, inspector_json, layer_json, polygraphy_inspect
-from trt.parsers.common import REBUILD_DETAILED, LayerInfoParseError, json_problem, read_text
+from trt.parsers.common import REBUILD_DETAILED, LayerInfoParseError, json_problem, loads_json, read_text
 from trt.parsers.profile import TimingRecord, merge_timing, parse_timing
 from trt.plan import EnginePlan
 
@@ -40,7 +40,7 @@ def parse_layer_info(path: Path | str, input_format: str = "auto", build: int | 
     text = read_text(path, "layer information")
     if input_format in ("auto", "json"):
         try:
-            data = json.loads(text)
+            data = loads_json(text)
         except json.JSONDecodeError as err:
             if input_format == "json" or (_JSON_START.match(text) and not (layer_json.looks_like(text) or _has_text_layers(text))):
                 raise LayerInfoParseError(source, "JSON", f"line {err.lineno} column {err.colno}", err.msg, "inspector JSON as written by trtexec --exportLayerInfo") from err

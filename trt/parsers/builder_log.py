@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from trt.parsers import oneline
 from trt.parsers.common import LayerInfoParseError, assign_nodes, finish, text_lines
-from trt.plan import Build, EnginePlan, Layer, Tensor, normalize_dtype
+from trt.plan import Build, EnginePlan, Layer, normalize_dtype, set_tensors
 
 _NAMES_PREFIX = "Layer("
 _TACTIC = ", Tactic: "
@@ -136,17 +136,17 @@ def _layer_from_names_line(source: str, detected: str, number: int, body: str) -
     tactic, _, tensors = after.partition(", ")
     inputs, _, outputs = tensors.partition(" -> ")
     layer = Layer(name=name.strip(), type=layer_type.strip() or "unknown", tactic=tactic.strip() or None)
-    layer.inputs, layer.outputs = _names_tensors(inputs), _names_tensors(outputs)
+    set_tensors(layer, _names_tensors(inputs), _names_tensors(outputs))
     assign_nodes(layer, None)
     return layer
 
 
-def _names_tensors(text: str) -> list[Tensor]:
+def _names_tensors(text: str) -> list[tuple[str, str | None]]:
     """`a (Float[1,3]), b (Half[2])` or `a[Float(1,3)], b[Half(2)]`: each tensor ends at its type and shape."""
     tensors, start = [], 0
     text = text.strip()
     for match in _TENSOR_END.finditer(text):
         name = text[start : match.start()].strip().removeprefix(", ").strip()
-        tensors.append(Tensor(name, normalize_dtype(match["type10"] or match["type8"])))
+        tensors.append((name, normalize_dtype(match["type10"] or match["type8"])))
         start = match.end()
     return tensors

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trt.parsers.common import LayerInfoParseError, assign_nodes, finish
-from trt.plan import MYELIN_KERNEL, EnginePlan, Layer, Tensor, normalize_dtype
+from trt.plan import MYELIN_KERNEL, EnginePlan, Layer, lowest_precision, normalize_dtype, profile_of
 
 FORMAT = "inspector JSON"
 _SAMPLE = 64
@@ -102,15 +102,24 @@ def layer_from_object(item: Any) -> Layer:
         raise BadLayer(".LayerType", f"got {_short(layer_type)}", "a layer type string such as 'kgen' or 'CaskConvolution'")
     tactic, origin = item.get("TacticName") or item.get("TacticValue"), item.get("Origin")
     layer = Layer(name=name, type=layer_type, tactic=tactic if type(tactic) is str else _str_or_none(tactic), origin=origin if origin is None or type(origin) is str else _str_or_none(origin))
-    for key, target in (("Inputs", layer.inputs), ("Outputs", layer.outputs)):
+    types, first_output, profile = [], None, 0
+    for key in ("Inputs", "Outputs"):
         tensors = item.get(key) or []
         if type(tensors) is not list:
             raise BadLayer(f".{key}", f"a {type(tensors).__name__}", "a list of tensor objects")
-        for tensor in tensors:
-            if type(tensor) is dict:
-                dtype = tensor.get("Format/Datatype") or tensor.get("Datatype") or tensor.get("DataType")
-                tensor_name = tensor.get("Name")
-                target.append(Tensor(tensor_name if type(tensor_name) is str else "", normalize_dtype(dtype) if type(dtype) is str else None))
+        for position, tensor in enumerate(tensors):
+            if type(tensor) is not dict:
+                continue
+            dtype = tensor.get("Format/Datatype") or tensor.get("Datatype") or tensor.get("DataType")
+            dtype = normalize_dtype(dtype) if type(dtype) is str else None
+            if dtype:
+                types.append(dtype)
+                if key == "Outputs" and position == 0:
+                    first_output = dtype
+            tensor_name = tensor.get("Name")
+            if type(tensor_name) is str and " [profile " in tensor_name:
+                profile = max(profile, profile_of(tensor_name) or 0)
+    layer.precision, layer.tensor_profile = lowest_precision(types, first_output), profile
     metadata = item.get("Metadata")
     if metadata is not None and type(metadata) is not str:
         raise BadLayer(".Metadata", f"a {type(metadata).__name__}", "a string of [ONNX Layer: ...] entries")

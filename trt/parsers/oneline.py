@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from trt.parsers.common import LayerInfoParseError, assign_nodes
-from trt.plan import Layer, Tensor, normalize_dtype
+from trt.plan import Layer, normalize_dtype, set_tensors
 
 # a log prefix some writers put before each line: `[07/07/2026-02:11:38] [I] `
 _LOG_PREFIX = re.compile(r"(?:\[[^\]\n]{0,64}\] ?){1,4}")
@@ -41,8 +41,7 @@ def layer_from_line(source: str, detected: str, number: int, body: str) -> Layer
         metadata = fields[cut + len(_METADATA) :].strip()
         fields = fields[:cut]
     layer = Layer(name=name.strip(), type=layer_type.strip(), tactic=_value(fields, "TacticName") or _value(fields, "TacticValue"), origin=_value(fields, "Origin"))
-    layer.inputs = _tensors(_list_after(fields, "Inputs: ["))
-    layer.outputs = _tensors(_list_after(fields, "Outputs: ["))
+    set_tensors(layer, _tensors(_list_after(fields, "Inputs: [")), _tensors(_list_after(fields, "Outputs: [")))
     assign_nodes(layer, metadata)
     return layer
 
@@ -81,11 +80,11 @@ def _list_after(fields: str, marker: str) -> str:
     return fields[start : end + 2 if end != -1 else len(fields)]
 
 
-def _tensors(text: str) -> list[Tensor]:
+def _tensors(text: str) -> list[tuple[str, str | None]]:
     """`{ Name: x, Location: Device, Dimensions: [1,3], Format/Datatype: Half }, { Name: ... }`: names and types."""
     tensors = []
     for piece in text.split(_TENSOR_START)[1:]:
         end = _TENSOR_NAME_END.search(piece)
         dtype = _TENSOR_TYPE.search(piece)
-        tensors.append(Tensor((piece[: end.start()] if end else piece.rstrip(" },")).strip(), normalize_dtype(dtype[1].strip()) if dtype else None))
+        tensors.append(((piece[: end.start()] if end else piece.rstrip(" },")).strip(), normalize_dtype(dtype[1].strip()) if dtype else None))
     return tensors

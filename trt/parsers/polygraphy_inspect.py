@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from trt.parsers.common import LayerInfoParseError, assign_nodes, finish, text_lines
-from trt.plan import EnginePlan, Layer, Tensor, normalize_dtype
+from trt.plan import EnginePlan, Layer, normalize_dtype, set_tensors
 
 FORMAT = "polygraphy inspect model --show layers"
 _LAYER_HEAD = re.compile(r"[ \t]{0,40}Layer (?P<index>\d{1,9})[ \t]{1,40}\| ")
@@ -66,8 +66,8 @@ class _Block:
             elif line:
                 io.append(line)
         inputs, outputs = _split_io(io)
-        layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", inputs=_tensors(inputs), outputs=_tensors(outputs),
-                      tactic=attributes.get("Tactic") or None, origin=_origin(attributes.get("Origin")))
+        layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None, origin=_origin(attributes.get("Origin")))
+        set_tensors(layer, _tensors(inputs), _tensors(outputs))
         assign_nodes(layer, attributes.get("Metadata"))
         return layer
 
@@ -83,11 +83,11 @@ def _origin(value: str | None) -> str | None:
     return value if value and value != "Unknown" else None
 
 
-def _tensors(text: str) -> list[Tensor]:
+def _tensors(text: str) -> list[tuple[str, str | None]]:
     """`{a [dtype=float32, shape=(-1, 10), Format: Float], b [...]}`: each tensor ends at its attributes."""
     tensors, start = [], 0
     for match in _TENSOR_END.finditer(text):
         name = text[start : match.start()].strip().lstrip("{,").strip()
-        tensors.append(Tensor(name, normalize_dtype(match["dtype"])))
+        tensors.append((name, normalize_dtype(match["dtype"])))
         start = match.end()
     return tensors

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from trt.parsers.common import LayerInfoParseError, json_problem, read_text, text_lines
+from trt.parsers.common import LayerInfoParseError, json_problem, loads_json, read_text, text_lines
 from trt.plan import PROFILE_SUFFIX, EnginePlan
 
 FORMAT = "trtexec --exportProfile JSON"
@@ -35,7 +35,7 @@ def parse_timing(path: Path | str) -> list[TimingRecord]:
     source = str(path)
     text = read_text(path, "trtexec --exportProfile timing")
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except json.JSONDecodeError:
         return _records_from_lines(source, text)
     except (ValueError, RecursionError) as err:
