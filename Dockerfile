@@ -7,14 +7,16 @@ FROM ${BASE}
 
 WORKDIR /work
 COPY pyproject.toml README.md ./
+COPY docker docker
 COPY pipeline pipeline
 COPY trt trt
 COPY quant quant
 COPY profiles profiles
 COPY tests tests
 COPY bench bench
-# TensorRT comes with the image; torch here is the CUDA build from the registry (no CPU pin).
-RUN python -m pip install --no-cache-dir -e ".[dev]"
+# One resolution of docker/requirements.txt (torch: the CUDA 12.8 build from PyTorch's index) and the
+# project; TensorRT is the image's (tests/test_docker_image.py checks the same resolution).
+RUN python -m pip install --no-cache-dir -r docker/requirements.txt -e ".[dev]"
 
 ENTRYPOINT ["python", "-m", "pipeline"]
 CMD ["--help"]

@@ -14,8 +14,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from pipeline import DEFAULT_PROFILE, __version__
+from pipeline import DEFAULT_PROFILE, __version__, interrupts
 from pipeline.errors import PipelineError
+from pipeline.text import printable
 
 app = typer.Typer(
     name="pipeline",
@@ -118,19 +119,42 @@ def build(
     until: Annotated[Optional[StageName], typer.Option(help="Stop after this stage.")] = None,
     strict: Annotated[bool, typer.Option(help="Fail (exit 3) instead of skipping a stage this machine cannot run.")] = False,
     force: Annotated[bool, typer.Option(help="Rerun stages even when cached.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="If another build is writing to OUT, wait for it instead of exiting.")] = False,
 ) -> None:
+    from pipeline.fileio import remove_stale_temp_files
+    from pipeline.lock import folder_lock
     from pipeline.manifest import Manifest
-    from pipeline.profiles import load_profile
+    from pipeline.profiles import load_profile, shadowed_profile
     from pipeline.runner import Context, Runner
     from pipeline.stages import build_plan
 
+    _check_build_flags(fp16, int8, calib, preset, min_cosine)
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
-    manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
-    options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
-               "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
-    ctx = Context(loaded, out_dir, manifest, options)
-    Runner(ctx, stdout_console(), force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+    out_console = stdout_console()
+    out_console.print(f"profile {loaded.name} from {loaded.source}", highlight=False, markup=False)
+    if (ignored := shadowed_profile(profile)) is not None:
+        out_console.print(f"note: {ignored} is not used: the packaged profile {profile!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
+    with folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
+        for stale in remove_stale_temp_files(out_dir):
+            out_console.print(f"removed {stale.name}, left by an interrupted run", highlight=False, markup=False)
+        manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
+        if manifest.profile != loaded.name:
+            raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
+        options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
+                   "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
+        ctx = Context(loaded, out_dir, manifest, options)
+        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+
+
+def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
+    """Options that only a stage not requested would read are mistakes, not silently ignored."""
+    if calib is not None and not int8:
+        raise PipelineError("--calib is calibration data for the INT8 stage, which this build does not run; add --int8 or drop --calib")
+    if preset is not None and not int8:
+        raise PipelineError("--preset chooses the INT8 Q/DQ placement, which this build does not run; add --int8 or drop --preset")
+    if min_cosine is not None and not (fp16 or int8):
+        raise PipelineError("--min-cosine is the accuracy gate of the FP16/INT8 stages, which this build does not run; add --fp16/--int8 or drop it")
 
 
 @app.command(
@@ -149,10 +173,12 @@ def export(
     ] = None,
 ) -> None:
     from pipeline.export import export_model
+    from pipeline.fileio import check_outputs
     from pipeline.profiles import load_profile
 
+    check_outputs([output], [])
     loaded = load_profile(profile)
-    if loaded.model.factory is None:
+    if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
     with console.status(f"exporting {loaded.name}") as spinner:
         result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update)
@@ -170,21 +196,32 @@ def export(
         "first MatMul. Outputs stay numerically equal (the build stage checks it on onnxruntime).\n\n"
         "Examples:\n\n"
         "  python -m pipeline optimize model.onnx -o model.opt.onnx --stats\n\n"
-        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul"
+        "  python -m pipeline optimize model.onnx -o out.onnx --skip-rules fuse-gelu,scale-before-attention-matmul\n\n"
+        "  python -m pipeline optimize --list-rules"
     )
 )
 def optimize(
-    source: Annotated[Path, typer.Argument(help="ONNX file to optimize.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Optimized ONNX file to write.")],
+    source: Annotated[Optional[Path], typer.Argument(help="ONNX file to optimize.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Optimized ONNX file to write.")] = None,
     rules: Annotated[Optional[str], typer.Option(help="Only these rules, comma-separated.")] = None,
     skip_rules: Annotated[Optional[str], typer.Option(help="Rules not to apply, comma-separated.")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
+    list_rules: Annotated[bool, typer.Option("--list-rules", help="List the rules (name, priority, minimum opset, rewrite) and exit.")] = False,
 ) -> None:
-    from pipeline.optimize import optimize_file
+    from pipeline.fileio import check_outputs
+    from pipeline.optimize import describe_rules, optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:
         return [n.strip() for n in text.split(",") if n.strip()] if text else None
 
+    if list_rules:
+        lines = [f"{'rule':<32} {'priority':<10} {'opset':>5}  rewrite"]
+        lines += [f"{r['rule']:<32} {r['priority']:<10} {'>= ' + str(r['min_opset']) if r['min_opset'] > 1 else 'any':>5}  {r['rewrite']}" for r in describe_rules()]
+        sys.stdout.write("\n".join(lines) + "\n")
+        return
+    if source is None or output is None:
+        raise PipelineError("optimize: give the ONNX file and -o OUT.onnx (or --list-rules)")
+    check_outputs([output], [source])
     with console.status(f"optimizing {source}"):
         result = optimize_file(source, output, names(rules), names(skip_rules))
     out = stdout_console()
@@ -204,6 +241,61 @@ def optimize(
 
 @app.command(
     help=(
+        "List the packaged profiles (and those in ./profiles): name, model, inputs, description. Use one with "
+        "--profile NAME.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline profiles"
+    )
+)
+def profiles() -> None:
+    from pipeline.profiles import describe_profiles
+
+    rows = describe_profiles()
+    width = max(len(r["name"]) for r in rows)
+    lines = [f"{r['name']:<{width}}  {r['model']}  inputs: {r['inputs']}" + (f"\n{'':<{width}}  {r['description']}" if r["description"] else "") for r in rows]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+class HfTask(str, Enum):
+    base = "base"
+    sequence_classification = "sequence-classification"
+    token_classification = "token-classification"
+    masked_lm = "masked-lm"
+    causal_lm = "causal-lm"
+    image_classification = "image-classification"
+
+
+@app.command(
+    help=(
+        "Write a starter profile for a Hugging Face model: SOURCE is a folder written by save_pretrained, or a "
+        "model_type (random weights from its default config). Inputs come from the model's forward (input_ids, "
+        "attention_mask, token_type_ids; or pixel_values), dims from the config; edit them to your shapes.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline init --hf ./my-checkpoint --task sequence-classification -o my-model.toml\n\n"
+        "  python -m pipeline init --hf bert -o bert.toml"
+    )
+)
+def init(
+    hf: Annotated[str, typer.Option("--hf", help="save_pretrained folder, or a model_type such as bert, gpt2, vit.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (never overwritten).")],
+    task: Annotated[HfTask, typer.Option(help="The head to load.")] = HfTask.base,
+) -> None:
+    if output.exists():
+        raise PipelineError(f"{output} exists; choose another -o or remove it")
+    from pipeline.fileio import write_text
+    from pipeline.models.hf import starter_profile
+    from pipeline.profiles import load_profile
+
+    name = output.stem if output.suffix == ".toml" else output.name
+    text = starter_profile(hf, task.value, name, output.resolve().parent)
+    write_text(output, text)
+    load_profile(str(output))  # what was written is a valid profile
+    stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",
+                           highlight=False, markup=False)
+
+
+@app.command(
+    help=(
         "Produce an FP16 (ModelOpt AutoCast) or INT8 (ModelOpt Q/DQ, calibrated) model from an ONNX file; with "
         "both flags, an INT8 model whose float parts are FP16. Calibration: --calib FILE.npz, or synthetic samples "
         "from --profile.\n\n"
@@ -218,27 +310,42 @@ def quantize(
     fp16: Annotated[bool, typer.Option("--fp16", help="FP16 (alone) or FP16 float parts (with --int8).")] = False,
     int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib).")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
     preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
 ) -> None:
+    from pipeline.fileio import check_outputs
+    from pipeline.onnxfile import load_onnx
     from pipeline.profiles import load_profile
     from pipeline.quiet import captured
 
     if not (fp16 or int8):
         raise PipelineError("quantize: give --fp16, --int8 or both")
-    if not source.is_file():
-        raise PipelineError(f"{source}: no such ONNX file")
+    if calib is not None and not int8:
+        raise PipelineError("--calib is calibration data for --int8, which this command was not given; add --int8 or drop --calib")
+    check_outputs([output], [source, calib])
+    load_onnx(source)
     out = stdout_console()
     if fp16 and not int8:
+        from pipeline.samples import make_inputs, model_feeds, range_sizes
+        from quant.calibration import model_inputs
         from quant.fp16 import convert_fp16
 
-        with console.status("converting to FP16 with ModelOpt AutoCast"), captured():
-            result = convert_fp16(source, output, [], [])
-        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers})", highlight=False)
+        if profile is not None:
+            loaded = load_profile(profile)
+            checks = [make_inputs(loaded, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(loaded))]
+        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs
+            checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
+        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"), captured():
+            result = convert_fp16(source, output, [], [], checks)
+        if result.checked_shapes:
+            first = next(iter(result.checked_shapes[0]))
+            checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
+        else:
+            checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
+        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers}); {checked}", highlight=False)
         return
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
-    from quant.lint import lint_file
 
     if calib is None and profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
@@ -252,7 +359,7 @@ def quantize(
         with captured():
             result = quantize_int8(source, output, data, batch, preset.value, "fp16" if fp16 else "fp32",
                                    on_step=lambda done, total: progress.update(task, completed=done, total=total))
-    findings = lint_file(output)
+    findings = result.findings
     out.print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
               f"lint-qdq: {len(findings)} findings", highlight=False)
 
@@ -264,7 +371,8 @@ def quantize(
         "with the nodes and the change to make.\n\n"
         "Examples:\n\n"
         "  python -m pipeline lint-qdq model.int8.onnx\n\n"
-        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json"
+        "  python -m pipeline lint-qdq model.int8.onnx --format json -o lint.json\n\n"
+        "  python -m pipeline lint-qdq model.int8.onnx --fail-on-findings   # CI: exit 1 when there are findings"
     ),
 )
 def lint_qdq(
@@ -272,21 +380,26 @@ def lint_qdq(
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     max_sequence: Annotated[Optional[int], typer.Option(help="Longest sequence the engine will see (for the attention rule).")] = None,
+    fail_on_findings: Annotated[bool, typer.Option("--fail-on-findings", help="Exit 1 when there are findings (for CI) [default: exit 0].")] = False,
 ) -> None:
     import json
 
+    from pipeline.fileio import check_outputs
     from quant.lint import findings_json, lint_file
 
     if fmt not in ("text", "json"):
         raise PipelineError(f"--format {fmt!r}: use text or json")
+    check_outputs([output], [model])
     findings = lint_file(model, max_sequence)
     if fmt == "json":
         _emit(json.dumps(findings_json(findings), indent=2) + "\n", output)
-        return
-    lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
-    for finding in findings:
-        lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
-    _emit("\n".join(lines) + "\n", output)
+    else:
+        lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
+        for finding in findings:
+            lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
+        _emit("\n".join(lines) + "\n", output)
+    if fail_on_findings and findings:
+        raise typer.Exit(1)
 
 
 @app.command(
@@ -319,8 +432,9 @@ def compare(
         raise PipelineError(f"--format {fmt!r}: use text or json")
     if (inputs is None) == (profile is None):
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
-    if not reference.is_file():
-        raise PipelineError(f"{reference}: no such ONNX file")
+    from pipeline.fileio import check_outputs
+
+    check_outputs([output], [reference, candidate, inputs])
     if inputs is not None:
         feeds = split(load_npz(inputs, model_inputs(reference)), 1)
     else:
@@ -370,7 +484,7 @@ def bench(
 ) -> None:
     from rich.progress import Progress
 
-    from pipeline.fileio import write_json
+    from pipeline.fileio import check_outputs, write_json
     from pipeline.profiles import load_profile
     from pipeline.samples import make_inputs
     from trt.bench import bench as run_bench
@@ -378,17 +492,28 @@ def bench(
 
     loaded = load_profile(profile)
     models = _bench_models(artifact, backend.value)
+    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
+    check_outputs([target, target.with_suffix(".png")], list(models.values()))
     dims = {}
     if batch is not None:
         if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
             raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
         dims["batch"] = batch
+    if backend is Backend.trt:
+        from pipeline.errors import CapabilityMissing
+        from trt.capability import docker_command, profile_argument, tensorrt_missing
+
+        missing = tensorrt_missing()
+        if missing:
+            arguments = ["bench", artifact, "--backend", "trt", "--warmup", str(warmup), "--iterations", str(iterations), "--profile", profile_argument(loaded)]
+            arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
+            raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
+                                    f"from this folder: {docker_command(arguments)}")
     feeds = make_inputs(loaded, seed=4, dims=dims)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmark", total=iterations * len(models))
         result = run_bench(models, backend.value, feeds, warmup, iterations,
                            on_step=lambda label, done, total: progress.update(task, description=f"{label} {done}/{total}", advance=1))
-    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
     write_json(target, result)
     plot(result, target.with_suffix(".png"))
     out = stdout_console()
@@ -398,12 +523,22 @@ def bench(
     out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False)
 
 
+def _runs(model: Path, feeds: dict) -> bool:
+    from pipeline.verify import run_onnx
+
+    try:
+        run_onnx(model, feeds)
+    except PipelineError:
+        return False
+    return True
+
+
 def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
     """One model, or a build folder's FP32 / FP16 / INT8 models for this backend."""
     if artifact.is_file():
         return {artifact.stem: artifact}
     if not artifact.is_dir():
-        raise PipelineError(f"{artifact}: no such model file or artifacts folder")
+        raise PipelineError(f"{artifact}: no such model file or artifacts folder; pass a .onnx/.engine file or a build's output folder")
     names = {"fp32": "fp32.engine", "fp16": "fp16.engine", "int8": "int8.engine"} if backend == "trt" else {
         "fp32": "model.opt.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
     models = {label: artifact / name for label, name in names.items() if (artifact / name).is_file()}
@@ -433,13 +568,16 @@ DepthOption = Annotated[int, typer.Option(min=1, max=12, help="Module scope dept
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
+    """Write a command's result to stdout or `output`; control characters from model or engine
+    names are escaped (JSON already escapes them, so only text and Markdown change)."""
+    text = printable(text)
     if output is None:
         sys.stdout.write(text)
         return
     from pipeline.fileio import write_text
 
     write_text(output, text)
-    console.print(f"wrote {output}", highlight=False)
+    console.print(f"wrote {output}", highlight=False, markup=False)
 
 
 AllOption = Annotated[bool, typer.Option("--all", help="Text output: list every row of the long tables (default: the first 200, then a count).")]
@@ -510,14 +648,59 @@ def diff(
 
 
 def main() -> None:
-    """Entry point: one line and the error's exit code for a PipelineError, unless --debug.
+    """Entry point: every failure is one line on stderr and an exit code, unless --debug.
 
-    Usage errors (unknown option, missing argument) are typer's: a message and exit 2.
+    0 ok; 1 a check failed or a bug (the line says which); 2 bad input or usage; 3 a capability
+    is missing under --strict; 130 interrupted (Ctrl-C).
     """
+    interrupts.install()
     try:
-        app()
-    except PipelineError as err:
-        if _debug:
+        code = app(standalone_mode=False)
+        if interrupts.interrupted():  # typer turns a KeyboardInterrupt into a silent exit 130
+            _error_line("interrupted")
+            code = interrupts.EXIT_CODE
+    except BaseException as err:  # noqa: BLE001 - each kind is described below, none escapes as a traceback
+        if _debug and not isinstance(err, SystemExit):
             raise
-        console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(err.exit_code)
+        code = _report_failure(err)
+    sys.exit(code or 0)
+
+
+def _report_failure(err: BaseException) -> int:
+    """Print one line for `err`; return the exit code."""
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else 1
+    if interrupts.interrupted() or isinstance(err, (KeyboardInterrupt, typer.Abort)):
+        _error_line("interrupted")
+        return interrupts.EXIT_CODE
+    if isinstance(err, PipelineError):
+        _error_line(str(err))
+        return err.exit_code
+    if isinstance(err, typer.TyperException):  # usage: unknown option, missing argument, bad value
+        context = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(err.format_message() + "\n")
+            return 0
+        command = context.command_path if context is not None else "python -m pipeline"
+        message = err.format_message().replace("Value error, ", "").rstrip(".")
+        _error_line(f"{message} (see `{command} --help`)")
+        return err.exit_code
+    if isinstance(err, OSError):
+        from pipeline.fileio import describe_os_error
+
+        _error_line(describe_os_error(err))
+        return 2
+    if isinstance(err, MemoryError):
+        _error_line("out of memory; use a smaller model, batch or sample count, or a machine with more memory")
+        return 1
+    _error_line(f"internal error (a bug in trt-pipeline): {type(err).__name__}: {_first_line(err)}; rerun with --debug and report the traceback")
+    return 1
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def _error_line(message: str) -> None:
+    console.print(f"error: {printable(message)}", markup=False, highlight=False, soft_wrap=True)

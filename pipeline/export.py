@@ -1,16 +1,22 @@
-"""Export stage: PyTorch model (profile factory) -> ONNX, verified against torch on onnxruntime CPU.
+"""Export stage: PyTorch model (profile factory or Hugging Face model) -> ONNX, verified against
+torch on onnxruntime CPU, output by output.
 
-torch is imported here only, at call time.
+A model may return a tensor, or a ModelOutput, dict, tuple or list of them (nested too): the
+outputs are flattened in a fixed order with stable names (`flatten_outputs`), which become the
+ONNX graph's output names with either exporter. torch is imported here only, at call time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import logging
 import re
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +28,7 @@ from pipeline.fileio import atomic_path, sha256_file
 from pipeline.profiles import Profile
 from pipeline.quiet import captured
 from pipeline.samples import check_sizes, make_inputs
-from pipeline.verify import max_abs_diff, run_onnx
+from pipeline.verify import OnnxSession
 
 Status = Callable[[str], None]
 
@@ -34,16 +40,23 @@ class ExportResult:
     nodes: int
     max_abs_diff: float
     checked_shapes: list[dict[str, list[int]]]
+    outputs: list[str]
 
 
 def factory_fingerprint(profile: Profile) -> dict[str, Any]:
-    """What decides the exported file: the factory's source, its arguments, the export settings."""
-    module_name = profile.model.factory.split(":")[0]
-    spec = _find_spec(module_name, profile)
+    """What decides the exported file: the factory's source and arguments (or the Hugging Face model), the export settings."""
+    if profile.model.is_hf:
+        from pipeline.models.hf import hf_fingerprint
+
+        model = hf_fingerprint(profile)
+    else:
+        module_name = profile.model.factory.split(":")[0]
+        with _importable_from(profile.folder):
+            spec = _find_spec(module_name, profile)
+        model = {"factory": profile.model.factory, "factory_source": sha256_file(Path(spec.origin)) if spec and spec.origin else None,
+                 "kwargs": profile.model.kwargs}
     return {
-        "factory": profile.model.factory,
-        "factory_source": sha256_file(Path(spec.origin)) if spec and spec.origin else None,
-        "kwargs": profile.model.kwargs,
+        "model": model,
         "seed": profile.model.seed,
         "inputs": [s.model_dump() for s in profile.inputs],
         "dims": {k: v.model_dump() for k, v in profile.dims.items()},
@@ -60,17 +73,20 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     exporter = exporter or profile.export.exporter
     status("building the PyTorch model")
-    module, example, dynamic_shapes = _build_model(profile)
+    module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
     input_names = [spec.name for spec in profile.inputs]
+    with torch.no_grad():
+        output_names = [name for name, _ in flatten_outputs(module(*example), profile)]
+    shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_path(output) as tmp:
         try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
-            with warnings.catch_warnings(), captured():
+            with warnings.catch_warnings(), captured(), _flat_forward(module, profile):
                 warnings.simplefilter("ignore")
                 if exporter == "dynamo":
                     program = torch.onnx.export(
                         module, example, dynamo=True, opset_version=profile.export.opset,
-                        input_names=input_names, dynamic_shapes=dynamic_shapes or _dynamo_shapes(profile),
+                        input_names=input_names, output_names=output_names, dynamic_shapes=shapes,
                         optimize=False, verbose=False,  # our optimize stage does this, exactly (see issue 3)
                     )
                     program.save(str(tmp), external_data=False)
@@ -80,7 +96,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                     getattr(torch._C, "_jit_set_onnx_log_output_stream", lambda _: None)("stderr")
                     torch.onnx.export(
                         module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
-                        input_names=input_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
+                        input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
                     )
         except Exception as err:
             raise _unsupported_operator(err, module, example, exporter, profile) from err
@@ -94,16 +110,28 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
     import torch
 
     module_name, function_name = profile.model.factory.split(":")
-    if _find_spec(module_name, profile) is None:
-        raise ProfileError(f"{profile.source}: model.factory: module {module_name!r} is not importable; install it or fix the name")
-    factory = getattr(importlib.import_module(module_name), function_name, None)
+    where = f"{profile.source}: model.factory {profile.model.factory!r}"
+    with _importable_from(profile.folder):
+        if _find_spec(module_name, profile) is None:
+            raise ProfileError(f"{where}: module {module_name!r} is not importable from {profile.folder} "
+                               "or the installed packages; install it or fix the name")
+        try:
+            factory = getattr(importlib.import_module(module_name), function_name, None)
+        except SyntaxError as err:
+            raise ProfileError(f"{where}: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
+        except Exception as err:  # the module's own top-level code failed
+            raise ProfileError(f"{where}: importing {module_name} raised {type(err).__name__}: {_first_line(err)}; fix the module (--debug shows the traceback)") from err
     if not callable(factory):
-        raise ProfileError(f"{profile.source}: model.factory: {module_name} has no function {function_name!r}")
+        raise ProfileError(f"{where}: {module_name} has no function {function_name!r}")
+    try:
+        inspect.signature(factory).bind(**profile.model.kwargs)
+    except TypeError as err:
+        raise ProfileError(f"{profile.source}: model.kwargs {sorted(profile.model.kwargs)} do not fit {function_name}{_signature(factory)}: {err}") from err
     torch.manual_seed(profile.model.seed)
     try:
         made = factory(**profile.model.kwargs)
-    except TypeError as err:
-        raise ProfileError(f"{profile.source}: model.kwargs do not fit {profile.model.factory}: {err}") from err
+    except Exception as err:  # the user's code: any exception is theirs to fix, told in one line
+        raise ProfileError(f"{where} raised {type(err).__name__}: {_first_line(err)}; fix the factory (--debug shows the traceback)") from err
     if isinstance(made, torch.nn.Module):
         made = (made,)
     if not (isinstance(made, (tuple, list)) and 1 <= len(made) <= 3 and isinstance(made[0], torch.nn.Module)):
@@ -113,10 +141,81 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
         )
     module, example, dynamic_shapes = (*made, None, None)[:3]
     if example is None:
-        example = tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=_export_sizes(profile)).values())
+        example = _default_example(profile)
     if len(example) != len(profile.inputs):
         raise ProfileError(f"{profile.source}: {profile.model.factory} gives {len(example)} example inputs, the profile declares {len(profile.inputs)}")
     return module.eval(), tuple(example), dynamic_shapes
+
+
+def _build_hf(profile: Profile) -> tuple[Any, tuple, None]:
+    """The profile's Hugging Face model (hf / hf_config, task), seeded, with example inputs from the profile."""
+    import torch
+
+    from pipeline.models.hf import build_hf_model
+
+    torch.manual_seed(profile.model.seed)
+    return build_hf_model(profile), _default_example(profile), None
+
+
+def _default_example(profile: Profile) -> tuple:
+    import torch
+
+    return tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=_export_sizes(profile)).values())
+
+
+@contextlib.contextmanager
+def _importable_from(folder: Path) -> Iterator[None]:
+    """The profile's folder first on the import path while its factory module is found and imported."""
+    entry = str(folder)
+    sys.path.insert(0, entry)
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path.remove(entry)
+
+
+def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tuple[str, Any]]:
+    """A model's outputs as (name, tensor) pairs, in a fixed order.
+
+    A tensor alone is "output"; a ModelOutput or dict gives its keys in order, None values
+    skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
+    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0).
+    """
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return [(prefix or "output", output)]
+    if isinstance(output, Mapping):
+        items = [(str(k), v) for k, v in output.items() if v is not None]
+    elif isinstance(output, (tuple, list)):
+        items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(output) if v is not None]
+    else:
+        raise InputError(f"{profile.source}: the model's output {prefix or 'value'!r} is a {type(output).__name__}, not a tensor; "
+                         "return tensors (or a ModelOutput, dict, tuple or list of them)")
+    flat = [pair for key, value in items for pair in flatten_outputs(value, profile, f"{prefix}_{key}" if prefix else key)]
+    if not flat:
+        raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
+    return flat
+
+
+@contextlib.contextmanager
+def _flat_forward(module: Any, profile: Profile) -> Iterator[None]:
+    """While exporting, `module.forward` returns the tuple of its flattened outputs, which the
+    exporters can name. The module itself stays the root, so node names and scopes do not change."""
+    forward, own = module.forward, module.__dict__.get("forward")
+
+    def flat(*inputs):
+        return tuple(tensor for _, tensor in flatten_outputs(forward(*inputs), profile))
+
+    module.forward = flat
+    try:
+        yield
+    finally:
+        if own is None:
+            del module.forward
+        else:
+            module.forward = own
 
 
 def _export_sizes(profile: Profile) -> dict[str, int]:
@@ -136,6 +235,18 @@ def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
     return shapes if any(shapes) else None
 
 
+def _varargs_shapes(shapes: Any, module: Any) -> tuple | None:
+    """Per-input dynamic shapes (a tuple, or a dict by the module's forward argument names) for the
+    `forward(*inputs)` that `_flat_forward` installs: one tuple holding them in order."""
+    import inspect
+
+    if shapes is None:
+        return None
+    if isinstance(shapes, Mapping):
+        shapes = tuple(shapes.get(name) for name in inspect.signature(module.forward).parameters)
+    return (tuple(shapes),)
+
+
 def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
     dynamic = {name for name, d in profile.dims.items() if d.min != d.max}
     axes = {spec.name: {i: s for i, s in enumerate(spec.shape) if s in dynamic} for spec in profile.inputs}
@@ -143,31 +254,36 @@ def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
 
 
 def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> ExportResult:
-    """Compare torch and onnxruntime on random valid inputs at the profile's check sizes."""
+    """Compare torch and onnxruntime, output by output (by name), on random valid inputs at the profile's check sizes."""
     import onnx
     import torch
 
     worst, checked = 0.0, []
+    session = OnnxSession(onnx_path)
     for i, sizes in enumerate(check_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         with torch.no_grad():
-            expected = module(*(torch.from_numpy(a) for a in feeds.values()))
-        expected_list = [t.numpy() for t in (expected if isinstance(expected, (tuple, list)) else [expected])]
-        actual = run_onnx(onnx_path, feeds)
-        try:
-            diff = max_abs_diff(expected_list, actual)
-        except ValueError as err:
-            raise StageFailed(f"export: onnxruntime and torch disagree on the outputs' layout ({err}) for input shapes {_shapes(feeds)}") from err
-        worst = max(worst, diff)
+            expected = {name: t.numpy() for name, t in flatten_outputs(module(*(torch.from_numpy(a) for a in feeds.values())), profile)}
+        actual = session.run_named(feeds)
+        if list(actual) != list(expected):
+            raise StageFailed(f"export: the ONNX outputs {list(actual)} are not torch's {list(expected)} (input shapes {_shapes(feeds)}); "
+                              "report this with the model")
+        for name, want in expected.items():
+            got = actual[name]
+            if got.shape != want.shape:
+                raise StageFailed(f"export: output {name!r} has shape {list(got.shape)} on onnxruntime, {list(want.shape)} in torch "
+                                  f"(input shapes {_shapes(feeds)}); a dim was fixed at export: check [dims] and try the other exporter (--exporter)")
+            diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0
+            worst = max(worst, diff)
+            if not np.isfinite(diff) or diff > profile.export.tolerance:
+                raise StageFailed(
+                    f"export: onnxruntime differs from torch by max_abs_diff={diff:.3g} > tolerance {profile.export.tolerance:g} "
+                    f"({exporter} exporter, opset {profile.export.opset}, input shapes {_shapes(feeds)}, output {name!r}); "
+                    "try the other exporter (--exporter) or another opset"
+                )
         checked.append(_shapes(feeds))
-        if not np.isfinite(diff) or diff > profile.export.tolerance:
-            raise StageFailed(
-                f"export: onnxruntime differs from torch by max_abs_diff={diff:.3g} > tolerance {profile.export.tolerance:g} "
-                f"({exporter} exporter, opset {profile.export.opset}, input shapes {_shapes(feeds)}); "
-                "try the other exporter (--exporter) or another opset"
-            )
     model = onnx.load(str(onnx_path), load_external_data=False)
-    return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked)
+    return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked, list(expected))
 
 
 def _shapes(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:
@@ -250,10 +366,25 @@ def _summary(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")
 
 
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def _signature(function) -> str:
+    try:
+        return str(inspect.signature(function))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
 def _find_spec(module_name: str, profile: Profile):
     try:
         return importlib.util.find_spec(module_name)
-    except (ImportError, ValueError) as err:
+    except SyntaxError as err:
+        raise ProfileError(f"{profile.source}: model.factory: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
+    except Exception as err:  # a parent package's __init__ runs here and may fail in any way
+        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {type(err).__name__}: {_first_line(err)}") from err
         raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {err}") from err
 
 
@@ -266,16 +397,20 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def check_onnx_file(path: Path) -> int:
-    """Validate a user's ONNX file cheaply; return its node count."""
-    import onnx
+def check_onnx_file(path: Path, profile: Profile) -> int:
+    """Check a user's ONNX file can start a build with this profile (weights not read); return its node count."""
+    from pipeline.onnxfile import load_onnx
 
-    if not path.is_file():
-        raise InputError(f"{path}: no such ONNX file; pass an existing .onnx path")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as err:  # protobuf raises DecodeError and others
-        raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__}); export it again or pass another file") from err
+    model = load_onnx(path)
     if not model.graph.node:
-        raise InputError(f"{path}: the ONNX graph has no nodes")
+        raise InputError(f"{path}: the ONNX graph has no nodes; export the model again")
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    if not inputs:
+        raise InputError(f"{path}: the model has no inputs, so there is nothing to feed or calibrate; export it with its inputs")
+    declared = [spec.name for spec in profile.inputs]
+    missing = [name for name in inputs if name not in declared]
+    if missing:
+        raise InputError(f"{path}: model input {missing[0]!r} is not in profile {profile.name}'s [[inputs]] ({', '.join(declared)}); "
+                         f"add it to {profile.source} (the model's inputs: {', '.join(inputs)})")
     return len(model.graph.node)

@@ -1,21 +1,46 @@
 """artifacts/<profile>/manifest.json: the record of each stage, the only channel between stages.
 
 Output paths are stored relative to the manifest's folder, so an artifacts folder can be
-moved or mounted (Docker) and stay valid.
+moved or mounted (Docker) and stay valid. Each record carries the run that wrote it and the
+sha256 of its outputs, so a later run can tell a cached output from a truncated or edited one.
+Records of stages a run did not touch are kept; those whose inputs that run changed (or
+failed to produce) are marked `stale`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from pipeline.errors import InputError
-from pipeline.fileio import write_json
+from pipeline.fileio import describe_os_error, write_json
 
-Status = Literal["done", "cached", "skipped", "failed"]
+Status = Literal["done", "cached", "skipped", "failed", "interrupted", "stale"]
 STAGES = ("export", "optimize", "fp16", "int8", "build", "report", "diff", "bench")
+# what each stage reads: a stage is stale when one of these ran again after it
+DEPENDS_ON = {
+    "export": (),
+    "optimize": ("export",),
+    "fp16": ("optimize",),
+    "int8": ("optimize",),
+    "build": ("optimize", "fp16", "int8"),
+    "report": ("build",),
+    "diff": ("build",),
+    "bench": ("build",),
+}
+USABLE = ("done", "cached", "skipped")
+
+
+def downstream(stage: str) -> set[str]:
+    """Every stage that reads, directly or not, what `stage` writes."""
+    found: set[str] = set()
+    frontier = {stage}
+    while frontier:
+        frontier = {s for s, needs in DEPENDS_ON.items() if frontier & set(needs)} - found
+        found |= frontier
+    return found
 
 
 @dataclass
@@ -27,6 +52,8 @@ class StageRecord:
     outputs: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     fingerprint: str | None = None
+    run: str = ""  # when the run that wrote this record started (UTC, ISO 8601)
+    output_sha256: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -39,18 +66,18 @@ class Manifest:
     def load_or_new(cls, path: Path, profile: str) -> Manifest:
         if not path.exists():
             return cls(path, profile)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            stages = [StageRecord(**s) for s in data["stages"]]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise InputError(f"{path}: not a manifest this version wrote ({err}); delete it or pass another --out") from err
-        return cls(path, data.get("profile", profile), stages)
+        return cls(path, *_read(path, profile))
 
     def get(self, name: str) -> StageRecord | None:
         return next((s for s in self.stages if s.name == name), None)
 
     def put(self, record: StageRecord) -> None:
-        """Replace the stage's record (keeping pipeline order) and write the file atomically."""
+        """Replace the stage's record (keeping pipeline order) and write the file atomically.
+
+        Records written to the file by someone else since it was read are kept (merged by stage).
+        """
+        if self.path.exists():
+            _, self.stages = _read(self.path, self.profile)
         self.stages = [s for s in self.stages if s.name != record.name] + [record]
         order = {name: i for i, name in enumerate(STAGES)}
         self.stages.sort(key=lambda s: order.get(s.name, len(order)))
@@ -64,3 +91,15 @@ class Manifest:
 
     def save(self) -> None:
         write_json(self.path, {"profile": self.profile, "stages": [asdict(s) for s in self.stages]})
+
+
+def _read(path: Path, profile: str) -> tuple[str, list[StageRecord]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        known = {f.name for f in fields(StageRecord)}
+        stages = [StageRecord(**{k: v for k, v in s.items() if k in known}) for s in data["stages"]]
+        return data.get("profile", profile), stages
+    except OSError as err:
+        raise InputError(describe_os_error(err, path, writing=False)) from err
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
+        raise InputError(f"{path}: not a manifest this version wrote ({type(err).__name__}: {err}); delete it or pass another --out") from err

@@ -17,10 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pipeline import DEFAULT_PROFILE
 from pipeline.errors import ProfileError
+from pipeline.fileio import describe_os_error
 
 REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
 
 Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
+HfTask = Literal["base", "sequence-classification", "token-classification", "masked-lm", "causal-lm", "image-classification"]
 
 
 class _Section(BaseModel):
@@ -64,8 +66,8 @@ class InputSpec(_Section):
     def _fill_fits_dtype(self) -> InputSpec:
         if self.range is not None and not self.range[0] < self.range[1]:
             raise ValueError(f"range needs low < high, got {list(self.range)}")
-        if self.fill == "mask" and self.dtype != "bool":
-            raise ValueError(f"fill 'mask' needs dtype bool, got {self.dtype}")
+        if self.fill == "mask" and self.dtype not in ("bool", "int32", "int64"):
+            raise ValueError(f"fill 'mask' needs dtype bool, int32 or int64, got {self.dtype}")
         if self.fill == "positions" and self.dtype not in ("int32", "int64"):
             raise ValueError(f"fill 'positions' needs an integer dtype, got {self.dtype}")
         if self.fill == "random" and self.dtype in ("int32", "int64") and self.range is None:
@@ -74,12 +76,16 @@ class InputSpec(_Section):
 
 
 class ModelSection(_Section):
-    """Where the model comes from: a PyTorch factory or an ONNX file (exactly one)."""
+    """Where the model comes from (exactly one): a PyTorch factory, an ONNX file, or a Hugging Face
+    model (`hf`: id or save_pretrained folder; `hf_config`: a config, random weights) with its `task` head."""
 
     factory: str | None = Field(default=None, description="'package.module:function'")
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63, description="torch.manual_seed before the factory is called")
     onnx: Path | None = None
+    hf: str | None = Field(default=None, min_length=1, description="model id or folder saved with save_pretrained (relative to this file)")
+    hf_config: dict[str, Any] | None = Field(default=None, description="config fields with model_type: random weights, nothing downloaded")
+    task: HfTask | None = Field(default=None, description="which head to load with hf / hf_config [default: base]")
 
     @field_validator("factory")
     @classmethod
@@ -90,9 +96,34 @@ class ModelSection(_Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSection:
-        if (self.factory is None) == (self.onnx is None):
-            raise ValueError("set exactly one of factory = 'package.module:function' or onnx = 'path.onnx'")
+        sources = [self.factory, self.onnx, self.hf, self.hf_config]
+        if sum(s is not None for s in sources) != 1:
+            raise ValueError("set exactly one of factory = 'package.module:function', onnx = 'path.onnx', hf = 'model id or folder' "
+                             "or hf_config = { model_type = '...', ... }")
+        if self.kwargs and self.factory is None:
+            raise ValueError("kwargs go to a factory; with hf_config put the settings in hf_config itself")
+        if self.task is not None and self.hf is None and self.hf_config is None:
+            raise ValueError("task chooses the head of a Hugging Face model: it needs hf or hf_config")
+        if self.hf_config is not None and not isinstance(self.hf_config.get("model_type"), str):
+            raise ValueError("hf_config needs model_type, e.g. hf_config = { model_type = 'bert', hidden_size = 64 }")
         return self
+
+    @property
+    def is_hf(self) -> bool:
+        return self.hf is not None or self.hf_config is not None
+
+    @property
+    def from_pytorch(self) -> bool:
+        """Exported from PyTorch (a factory or a Hugging Face model), not read from an ONNX file."""
+        return self.onnx is None
+
+    def summary(self) -> str:
+        """One phrase naming the model source, e.g. "hf_config bert (sequence-classification)"."""
+        if self.hf_config is not None:
+            return f"hf_config {self.hf_config['model_type']} ({self.task or 'base'})"
+        if self.hf is not None:
+            return f"hf {self.hf} ({self.task or 'base'})"
+        return f"factory {self.factory}" if self.factory else f"onnx {self.onnx}"
 
 
 class ExportSection(_Section):
@@ -132,7 +163,10 @@ class BuildSection(_Section):
     workspace_mib: int = Field(default=4096, ge=16)
     optimization_level: int = Field(default=3, ge=0, le=5)
     log_severity: Literal["error", "warning", "info", "verbose"] = "info"
-    builder: Literal["python", "trtexec"] = "python"
+    builder: Literal["python", "polygraphy", "trtexec"] = Field(
+        default="python", description="TensorRT's Python API, Polygraphy's loaders, or the trtexec command"
+    )
+    profile_warmup: int = Field(default=5, ge=0, description="unprofiled runs before the per-layer profile")
     profile_iterations: int = Field(default=20, ge=1)
     bench_warmup: int = Field(default=20, ge=0)
     bench_iterations: int = Field(default=200, ge=1)
@@ -173,27 +207,48 @@ class Profile(_Section):
     def dynamic(self) -> bool:
         return any(d.min != d.max for d in self.dims.values())
 
+    @property
+    def folder(self) -> Path:
+        """The profile file's folder (relative paths and factory modules are taken from here)."""
+        return self.source.parent.resolve() if self.source else Path.cwd()
+
     def onnx_path(self) -> Path | None:
         """The profile's ONNX file, relative paths taken from the profile's folder."""
         if self.model.onnx is None:
             return None
-        base = self.source.parent if self.source else Path.cwd()
-        return (base / self.model.onnx).resolve()
+        return (self.folder / self.model.onnx).resolve()
 
 
 def available_profiles() -> list[str]:
     return sorted({p.stem for d in _search_dirs() for p in d.glob("*.toml")})
 
 
+def describe_profiles() -> list[dict[str, str]]:
+    """Each profile `--profile NAME` finds: name, model source, inputs, description (or why it does not load)."""
+    rows = []
+    for name in available_profiles():
+        try:
+            p = load_profile(name)
+        except ProfileError as err:
+            rows.append({"name": name, "model": "(invalid)", "inputs": "-", "description": str(err)})
+            continue
+        inputs = ", ".join(f"{s.name} {s.dtype}[{', '.join(map(str, s.shape))}]" for s in p.inputs)
+        rows.append({"name": name, "model": p.model.summary(), "inputs": inputs, "description": p.description})
+    return rows
+
+
 def _search_dirs() -> list[Path]:
-    dirs = [Path.cwd() / "profiles", REPO_PROFILES]
+    """The packaged profiles first, then ./profiles: a local file never shadows a packaged name."""
+    dirs = [REPO_PROFILES, Path.cwd() / "profiles"]
     return [d for i, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:i]]]
 
 
 def resolve_profile_path(name_or_path: str) -> Path:
-    """`NAME` -> profiles/NAME.toml (cwd first, then the repository's); a path ending in .toml as given."""
+    """`NAME` -> profiles/NAME.toml (the packaged one first, then ./profiles); a path ending in .toml as given."""
     if name_or_path.endswith(".toml") or "/" in name_or_path or "\\" in name_or_path:
         path = Path(name_or_path)
+        if path.is_dir():
+            raise ProfileError(f"profile {path} is a directory; pass a .toml file or a name from: {', '.join(available_profiles())}")
         if not path.is_file():
             raise ProfileError(f"profile file {path} does not exist; pass a .toml path or a name from: {', '.join(available_profiles())}")
         return path
@@ -207,10 +262,19 @@ def resolve_profile_path(name_or_path: str) -> Path:
     )
 
 
+def shadowed_profile(name_or_path: str) -> Path | None:
+    """A ./profiles/NAME.toml that is not used because a packaged profile has that name."""
+    local = Path.cwd() / "profiles" / f"{name_or_path}.toml"
+    used = resolve_profile_path(name_or_path)
+    return local if local.is_file() and local.resolve() != used.resolve() else None
+
+
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     path = resolve_profile_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ProfileError(describe_os_error(err, path, writing=False)) from err
     except UnicodeDecodeError as err:
         raise ProfileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the profile as UTF-8 TOML") from err
     except tomllib.TOMLDecodeError as err:

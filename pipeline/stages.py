@@ -19,7 +19,9 @@ def _onnx_source(ctx: Context) -> Path | None:
 def _export_fingerprint(ctx: Context) -> dict[str, Any]:
     source = _onnx_source(ctx)
     if source is not None:
-        return {"onnx": str(source), "sha256": sha256_file(source) if source.is_file() else None}
+        from pipeline.fileio import require_file
+
+        return {"onnx": str(source), "sha256": sha256_file(require_file(source, "ONNX file", "pass an existing .onnx path"))}
     from pipeline.export import factory_fingerprint
 
     return factory_fingerprint(ctx.profile)
@@ -30,7 +32,7 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
     if source is not None:
         from pipeline.export import check_onnx_file
 
-        nodes = check_onnx_file(source)
+        nodes = check_onnx_file(source, ctx.profile)
         return StageResult({"onnx": source}, {"nodes": nodes}, skipped=True, reason=f"starting from {source}")
     from pipeline.export import export_model
 
@@ -43,6 +45,7 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
         "max_abs_diff": result.max_abs_diff,
         "tolerance": ctx.profile.export.tolerance,
         "checked_shapes": result.checked_shapes,
+        "outputs": result.outputs,
     }
     return StageResult({"onnx": output}, metrics)
 
@@ -123,10 +126,28 @@ def _modelopt_version() -> str | None:
 
 
 def _held_out(ctx: Context) -> list[dict]:
-    from pipeline.samples import make_inputs
+    """The held-out accuracy samples (seeds apart from calibration's), stacked into as few runs as the batch dim allows."""
+    from pipeline.samples import make_inputs, stack_batches
     from quant.calibration import HELD_OUT_SEED
 
-    return [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)]
+    return stack_batches(ctx.profile, [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)])
+
+
+def _accuracy(ctx: Context, candidate: Path, label: str, status: Status) -> dict[str, Any]:
+    """Accuracy of `candidate` against the optimized FP32 model, whose outputs are computed once per
+    build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256)."""
+    from quant.accuracy import accuracy, model_outputs
+
+    source = ctx.input("optimize", "onnx")
+    record = ctx.manifest.get("optimize")
+    key = ("fp32 outputs", record.output_sha256.get("onnx") or sha256_file(source))
+    batches = _held_out(ctx)
+    samples = ctx.profile.quant.accuracy_samples
+    if key not in ctx.cache:
+        status(f"running the FP32 model on {samples} held-out samples")
+        ctx.cache[key] = model_outputs(source, batches)
+    status(f"running the {label} model on {samples} held-out samples")
+    return accuracy(ctx.cache[key], model_outputs(candidate, batches), samples)
 
 
 def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
@@ -145,6 +166,7 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
     return {
         "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
         "exclude": [q.fp16_exclude_op_types, q.fp16_exclude_nodes],
+        "run_check": [{k: v.model_dump() for k, v in ctx.profile.dims.items()}, [s.model_dump() for s in ctx.profile.inputs]],
         "gate": [ctx.options.get("min_cosine") or q.min_cosine_fp16, q.accuracy_samples],
         "code": _code_hashes("quant.fp16", "quant.accuracy"),
         "modelopt": _modelopt_version(),
@@ -154,19 +176,20 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
 def _run_fp16(ctx: Context, status: Status) -> StageResult:
     from pipeline.fileio import atomic_path
     from pipeline.quiet import captured
-    from quant.accuracy import accuracy
+    from pipeline.samples import make_inputs, range_sizes
     from quant.fp16 import convert_fp16
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.fp16.onnx"
+    shape_checks = [make_inputs(ctx.profile, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(ctx.profile))]
     with atomic_path(target) as tmp:
-        status("converting to FP16 with ModelOpt AutoCast")
+        status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         with captured(ctx.out / "fp16.log"):
-            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes)
-        status(f"checking accuracy on {q.accuracy_samples} held-out samples")
-        figures = accuracy(source, tmp, _held_out(ctx))
+            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes, shape_checks)
+        figures = _accuracy(ctx, tmp, "FP16", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
         _gate("fp16", figures, minimum)
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
+               "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": minimum}
     return StageResult({"onnx": target, "log": ctx.out / "fp16.log"}, metrics)
 
@@ -186,10 +209,9 @@ def _int8_fingerprint(ctx: Context) -> dict[str, Any]:
 def _run_int8(ctx: Context, status: Status) -> StageResult:
     from pipeline.fileio import atomic_path, write_json
     from pipeline.quiet import captured
-    from quant.accuracy import accuracy
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
-    from quant.lint import findings_json, lint_file
+    from quant.lint import findings_json
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.int8.onnx"
     preset = ctx.options.get("preset") or q.preset
@@ -205,10 +227,8 @@ def _run_int8(ctx: Context, status: Status) -> StageResult:
     with atomic_path(target) as tmp:
         with captured(ctx.out / "int8.log"):
             result = quantize_int8(source, tmp, calibration, batch, preset, q.int8_float_dtype, q.calibration_method, max_sequence, on_step=step)
-        status("linting the Q/DQ placement")
-        lint = findings_json(lint_file(tmp, max_sequence))
-        status(f"checking accuracy on {q.accuracy_samples} held-out samples")
-        figures = accuracy(source, tmp, _held_out(ctx))
+        lint = findings_json(result.findings)
+        figures = _accuracy(ctx, tmp, "INT8", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_int8
         _gate("int8", figures, minimum)
     write_json(ctx.out / "int8.lint.json", lint)
@@ -247,56 +267,102 @@ def _shapes(ctx: Context) -> dict:
     return {spec.name: tuple(ctx.profile.shape(spec, which) for which in ("min", "opt", "max")) for spec in ctx.profile.inputs}
 
 
-def _skip_without_tensorrt(what: str) -> StageResult | None:
-    from trt.capability import DOCKER_NEXT_STEP, tensorrt_missing
+def _docker_hint(ctx: Context) -> str:
+    """The command that runs this build, with the user's profile, options and output folder, in our image."""
+    from trt.capability import docker_command, profile_argument
+
+    options = ctx.options
+    arguments: list[str | Path] = ["build", "--profile", profile_argument(ctx.profile)]
+    if options.get("onnx"):
+        arguments += ["--onnx", Path(options["onnx"])]
+    arguments += [flag for key, flag in (("fp16", "--fp16"), ("int8", "--int8"), ("weak_fp16", "--weak-fp16")) if options.get(key)]
+    if options.get("calib"):
+        arguments += ["--calib", Path(options["calib"])]
+    for key, flag in (("preset", "--preset"), ("min_cosine", "--min-cosine"), ("verbosity", "--verbosity")):
+        if options.get(key) is not None:
+            arguments += [flag, str(options[key])]
+    model = ctx.profile.onnx_path()
+    return docker_command([*arguments, "--out", ctx.out, "--strict"], also_mount=[model] if model else [])
+
+
+def _skip_without_tensorrt(what: str, ctx: Context) -> StageResult | None:
+    from trt.capability import tensorrt_missing
 
     missing = tensorrt_missing()
     if missing is None:
         return None
-    return StageResult({}, skipped=True, reason=f"{what} needs TensorRT and a GPU: {missing}; {DOCKER_NEXT_STEP}", capability_missing=True)
+    reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {_docker_hint(ctx)}"
+    return StageResult({}, skipped=True, reason=reason, capability_missing=True)
 
 
 def _build_fingerprint(ctx: Context) -> dict[str, Any]:
     return {
         "onnx": {prec: sha256_file(path) for prec, path in _engine_inputs(ctx).items()},
+        "reference": sha256_file(ctx.input("optimize", "onnx")),
         "settings": ctx.profile.build.model_dump(), "options": [ctx.options.get("verbosity"), ctx.options.get("weak_fp16")],
-        "code": _code_hashes("trt.engine", "trt.versions"),
+        "accuracy_samples": ctx.profile.quant.accuracy_samples,
+        "code": _code_hashes("trt.build", "trt.build_polygraphy", "trt.run", "trt.engine_accuracy", "trt.versions"),
     }
 
 
 def _run_build(ctx: Context, status: Status) -> StageResult:
-    import subprocess
-
-    skipped = _skip_without_tensorrt("building engines")
+    skipped = _skip_without_tensorrt("building engines", ctx)
     if skipped:
         return skipped
     from pipeline.samples import make_inputs
-    from trt.engine import BuildSettings, build_engine, profile_engine
+    from trt.build import BuildPaths, BuildSettings, build_engine
+    from trt.build_polygraphy import build_engine_polygraphy
+    from trt.run import profile_engine
 
     b = ctx.profile.build
     settings = BuildSettings(ctx.options.get("verbosity") or b.verbosity, b.workspace_mib, b.optimization_level, b.log_severity, bool(ctx.options.get("weak_fp16")))
+    held_out = _held_out(ctx)
     outputs, metrics = {}, {}
     for prec, onnx_path in _engine_inputs(ctx).items():
-        engine, layers, profile = ctx.out / f"{prec}.engine", ctx.out / f"{prec}.layers.json", ctx.out / f"{prec}.profile.json"
+        paths = BuildPaths(ctx.out / f"{prec}.engine", ctx.out / f"{prec}.layers.json", ctx.out / f"{prec}.build.log", ctx.out / "timing.cache")
+        profile = ctx.out / f"{prec}.profile.json"
         status(f"building the {prec} engine ({b.builder})")
         if b.builder == "trtexec":
-            import tensorrt as trt
-
-            from trt.versions import for_version, trtexec_command
-
-            command = trtexec_command(for_version(trt.__version__), onnx_path, engine, layers, profile, settings.verbosity, _shapes(ctx),
-                                      b.workspace_mib, b.optimization_level, ctx.out / "timing.cache", settings.weak_fp16)
-            run = subprocess.run(command, capture_output=True, text=True)
-            (ctx.out / f"{prec}.build.log").write_text(run.stdout + run.stderr)
-            if run.returncode != 0:
-                raise InputError(f"build: trtexec failed for {prec} (exit {run.returncode}); see {ctx.out / f'{prec}.build.log'}")
-            metrics[prec] = {"builder": "trtexec", "command": command}
+            metrics[prec] = _build_with_trtexec(ctx, onnx_path, paths, profile, settings)
         else:
-            metrics[prec] = build_engine(onnx_path, engine, layers, ctx.out / f"{prec}.build.log", ctx.out / "timing.cache", _shapes(ctx), settings)
+            build = build_engine_polygraphy if b.builder == "polygraphy" else build_engine
+            metrics[prec] = build(onnx_path, paths, _shapes(ctx), settings)
             status(f"profiling the {prec} engine per layer")
-            metrics[prec]["profiled_layers"] = profile_engine(engine, profile, make_inputs(ctx.profile, seed=3), b.profile_iterations)
-        outputs |= {f"{prec}_engine": engine, f"{prec}_layers": layers, f"{prec}_profile": profile, f"{prec}_log": ctx.out / f"{prec}.build.log"}
+            metrics[prec]["profiled_layers"] = profile_engine(paths.engine, profile, make_inputs(ctx.profile, seed=3), b.profile_iterations, b.profile_warmup)
+        status(f"running the {prec} engine and onnxruntime FP32 on {ctx.profile.quant.accuracy_samples} held-out samples (Polygraphy)")
+        metrics[prec]["accuracy"] = _engine_accuracy(paths.engine, ctx.input("optimize", "onnx"), held_out, ctx.profile.quant.accuracy_samples)
+        outputs |= {f"{prec}_engine": paths.engine, f"{prec}_layers": paths.layers_json, f"{prec}_profile": profile, f"{prec}_log": paths.build_log}
     return StageResult(outputs, metrics)
+
+
+def _build_with_trtexec(ctx: Context, onnx_path: Path, paths, profile: Path, settings) -> dict[str, Any]:
+    import subprocess
+
+    import tensorrt as trt
+
+    from pipeline.fileio import write_text
+    from trt.versions import for_version, trtexec_command
+
+    b = ctx.profile.build
+    command = trtexec_command(for_version(trt.__version__), onnx_path, paths.engine, paths.layers_json, profile, settings.verbosity, _shapes(ctx),
+                              b.workspace_mib, b.optimization_level, paths.timing_cache, settings.weak_fp16)
+    run = subprocess.run(command, capture_output=True, text=True)
+    write_text(paths.build_log, run.stdout + run.stderr)
+    if run.returncode != 0:
+        raise InputError(f"build: trtexec failed (exit {run.returncode}); see {paths.build_log}")
+    return {"builder": "trtexec", "command": command}
+
+
+def _engine_accuracy(engine: Path, reference: Path, held_out: list[dict], samples: int) -> dict[str, Any]:
+    """The engine against onnxruntime running the FP32 model on the held-out batches, figures as the
+    fp16/int8 stages compute them."""
+    from quant.accuracy import agreement
+    from trt.engine_accuracy import run_engine_and_onnx
+
+    run = run_engine_and_onnx(engine, reference, held_out)
+    if run.not_compared:
+        return {"not_compared": run.not_compared}
+    return {"reference": "onnxruntime CPU, FP32 model"} | agreement(run.onnx, run.engine) | {"samples": samples}
 
 
 def _engines_built(ctx: Context) -> list[str]:
@@ -352,7 +418,7 @@ def _run_diff(ctx: Context, status: Status) -> StageResult:
 
 
 def _run_bench(ctx: Context, status: Status) -> StageResult:
-    skipped = _skip_without_tensorrt("benchmarking engines")
+    skipped = _skip_without_tensorrt("benchmarking engines", ctx)
     if skipped:
         return skipped
     built = _engines_built(ctx)
@@ -378,7 +444,16 @@ def _always(ctx: Context) -> dict[str, Any]:
     return {"run": time.time_ns()}
 
 
-BUILD = Stage("build", _build_fingerprint, _run_build, key_metric=lambda m: ", ".join(f"{p}: {v.get('layers', '?')} layers" for p, v in m.items()))
+def _build_summary(metrics: dict[str, Any]) -> str:
+    parts = []
+    for prec, built in metrics.items():
+        accuracy = built.get("accuracy", {})
+        figure = f"cosine_centered={accuracy['cosine_centered']:.5f} vs onnxruntime FP32" if "cosine_centered" in accuracy else "accuracy not compared"
+        parts.append(f"{prec}: {built.get('layers', '?')} layers, {figure}")
+    return ", ".join(parts)
+
+
+BUILD = Stage("build", _build_fingerprint, _run_build, key_metric=_build_summary)
 REPORT = Stage("report", _report_fingerprint, _run_report, key_metric=lambda m: ", ".join(f"{p}: {v['myelin_graphs']} Myelin graphs / {v['layers']} layers" for p, v in m.items()))
 DIFF = Stage("diff", _always, _run_diff, key_metric=lambda m: f"{m['splits']} fused groups split; layers {m['totals']['layers']['a']} -> {m['totals']['layers']['b']}")
 BENCH = Stage("bench", _always, _run_bench, key_metric=lambda m: ", ".join(f"{p} p50 {v:.3f} ms" for p, v in m.items()))

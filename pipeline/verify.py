@@ -1,32 +1,65 @@
-"""Numerical checks on onnxruntime's CPU provider (onnxruntime is imported lazily)."""
+"""Numerical checks on onnxruntime's CPU provider (onnxruntime is imported lazily).
+
+One session per model: creating one costs as much as several runs of a small model, so a
+model is loaded once and every feed goes through that session.
+
+Accuracy checks run onnxruntime's basic graph optimizations (constant folding, redundant node
+removal, a few fusions): they make Q/DQ models several times faster. The extended level is not
+used: its `FastGeluFusion` breaks a valid graph where the erf and tanh GELU forms share
+`x * 0.5` (seen on tests/factories.py `hand_written_block`: "Node input ... is not a graph
+input"). Checks of our own rewrites (`compare_models`, `run_onnx`) run the graph as written
+(`as_written`): the basic level already fuses a written-out LayerNorm into onnxruntime's
+one-pass-variance kernel, which would hide what a rewrite did (and is off by orders of
+magnitude on rows whose std is tiny against their mean).
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, StageFailed
+
+
+class OnnxSession:
+    """One onnxruntime CPU session for an ONNX file; `run` feeds only the inputs the model declares.
+    `as_written` turns onnxruntime's graph optimizations off (module docstring)."""
+
+    def __init__(self, path: Path, as_written: bool = False):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        level = ort.GraphOptimizationLevel
+        options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written else level.ORT_ENABLE_BASIC
+        self.path = Path(path)
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        except Exception as err:  # onnxruntime raises its own untyped errors
+            raise InputError(f"{path}: onnxruntime cannot load it: {_first_line(err)}") from err
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        missing = [name for name in self.inputs if name not in feeds]
+        if missing:
+            raise InputError(f"{self.path}: model inputs {missing} are not in the profile's [[inputs]]; add them")
+        try:
+            return self.session.run(None, {name: feeds[name] for name in self.inputs})
+        except Exception as err:  # onnxruntime raises its own untyped errors
+            shapes = {name: list(feeds[name].shape) for name in self.inputs}
+            raise StageFailed(f"{self.path}: onnxruntime cannot run it at input shapes {shapes}: {_run_failure(err)}") from err
+
+    def run_named(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """`run`, each output under its graph output name, in the graph's order."""
+        return dict(zip(self.outputs, self.run(feeds), strict=True))
 
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Run an ONNX file on onnxruntime's CPU provider; only the inputs the model declares are fed."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    # check the graph as written: onnxruntime's own rewrites are not under test, and one of them
-    # (merging identical nodes) breaks valid graphs such as two GELU forms sharing x * 0.5
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    except Exception as err:  # onnxruntime raises its own untyped errors
-        raise InputError(f"{path}: onnxruntime cannot load it: {_first_line(err)}") from err
-    declared = {i.name for i in session.get_inputs()}
-    missing = declared - feeds.keys()
-    if missing:
-        raise InputError(f"{path}: model inputs {sorted(missing)} are not in the profile's [[inputs]]; add them")
-    return session.run(None, {k: v for k, v in feeds.items() if k in declared})
+    """One run of an ONNX file as written (a session for one feed: use OnnxSession to run several)."""
+    return OnnxSession(path, as_written=True).run(feeds)
 
 
 def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
@@ -42,17 +75,27 @@ def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
     return worst
 
 
+def _run_failure(err: Exception) -> str:
+    """onnxruntime's run error as "<op> node '<name>': <message>" without its source locations."""
+    text = " ".join(str(err).split())
+    match = re.search(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", text)
+    if not match:
+        return _first_line(err)
+    message = re.sub(r"^(\S+\.(cc|h):\d+ )?(.*?\) )?(status\.IsOK\(\) was false\. )?", "", match[3])
+    return f"{match[1]} node '{match[2]}': {message}"
+
+
 def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> float:
     """Largest |reference - candidate| over all outputs and all feed sets (onnxruntime CPU)."""
+    expected, actual = OnnxSession(reference, as_written=True), OnnxSession(candidate, as_written=True)
     worst = 0.0
     for feeds in feed_sets:
-        expected, actual = run_onnx(reference, feeds), run_onnx(candidate, feeds)
         try:
-            worst = max(worst, max_abs_diff(expected, actual))
+            worst = max(worst, max_abs_diff(expected.run(feeds), actual.run(feeds)))
         except ValueError as err:
             raise InputError(f"{candidate}: outputs do not match {reference} ({err})") from err
     return worst

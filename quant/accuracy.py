@@ -4,6 +4,9 @@ Recorded per model: max_abs_diff, cosine (of all outputs flattened) and cosine_c
 same after subtracting the FP32 outputs' mean). The gate uses cosine_centered: outputs such
 as sigmoid scores sit near a constant (bert-tiny: 0.57 +- 0.03), where the plain cosine is
 0.9999 even for a broken model; centring measures whether the model follows FP32's variation.
+
+Each model is run once per batch of samples through one session (`model_outputs`), so the
+FP32 outputs can be computed once and compared with every candidate.
 """
 
 from __future__ import annotations
@@ -13,19 +16,35 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.verify import run_onnx
+from pipeline.verify import OnnxSession
 
 
-def accuracy(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> dict[str, Any]:
-    expected = [np.concatenate([np.asarray(o, np.float64).reshape(-1) for o in run_onnx(reference, f)]) for f in feed_sets]
-    actual = [np.concatenate([np.asarray(o, np.float64).reshape(-1) for o in run_onnx(candidate, f)]) for f in feed_sets]
-    ref, got = np.concatenate(expected), np.concatenate(actual)
-    centre = ref.mean()
+def model_outputs(path: Path, batches: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Every output of every batch, flattened into one float64 vector (one session for all)."""
+    session = OnnxSession(path)
+    return flatten([session.run(feeds) for feeds in batches])
+
+
+def flatten(runs: list[list[np.ndarray]]) -> np.ndarray:
+    """The outputs of several runs (each a list of arrays, in output order) as one float64 vector."""
+    return np.concatenate([np.asarray(output, np.float64).reshape(-1) for outputs in runs for output in outputs])
+
+
+def agreement(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]]) -> dict[str, Any]:
+    """The figures of `actual` against `expected`: per sample, the outputs in the same order."""
+    return accuracy(flatten(expected), flatten(actual), len(expected))
+
+
+def accuracy(reference: np.ndarray, candidate: np.ndarray, samples: int) -> dict[str, Any]:
+    """Figures of `candidate` outputs against the FP32 `reference` outputs (both from model_outputs)."""
+    if reference.shape != candidate.shape:
+        raise ValueError(f"{candidate.size} output values vs {reference.size} of the FP32 model")
+    centre = reference.mean()
     return {
-        "samples": len(feed_sets),
-        "max_abs_diff": float(np.max(np.abs(ref - got))),
-        "cosine": _cosine(ref, got),
-        "cosine_centered": _cosine(ref - centre, got - centre),
+        "samples": samples,
+        "max_abs_diff": float(np.max(np.abs(reference - candidate))),
+        "cosine": _cosine(reference, candidate),
+        "cosine_centered": _cosine(reference - centre, candidate - centre),
     }
 
 

@@ -8,12 +8,14 @@ shape right, no pickled objects, no NaN or Inf. Held-out accuracy samples use ot
 
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.errors import InputError
+from pipeline.fileio import require_file
 from pipeline.profiles import Profile
 from pipeline.samples import make_inputs
 
@@ -39,17 +41,8 @@ def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str,
     `model_inputs` maps each ONNX input to (numpy dtype name, dims) where a dim is an int or
     None (dynamic). Arrays hold samples concatenated along axis 0.
     """
-    if not path.is_file():
-        raise InputError(f"{path}: no such calibration file; pass an .npz with one array per model input")
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{path}: not a readable .npz file (not a zip archive); write it with numpy.savez")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            data = {name: archive[name] for name in archive.files}
-    except ValueError as err:
-        raise InputError(f"{path}: holds pickled objects, which are refused (allow_pickle=False); save plain numeric arrays with np.savez") from err
-    except (zipfile.BadZipFile, OSError, EOFError) as err:
-        raise InputError(f"{path}: not a readable .npz file ({err}); write it with numpy.savez") from err
+    path = require_file(path, "calibration file", "pass an .npz with one array per model input (numpy.savez)")
+    data = read_npz(path)
     missing = sorted(model_inputs.keys() - data.keys())
     if missing:
         raise InputError(f"{path}: no array for model input {missing[0]!r} (has {sorted(data)}); add one per input: {sorted(model_inputs)}")
@@ -67,12 +60,49 @@ def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str,
     return {name: data[name] for name in model_inputs}
 
 
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, each member's header checked before any data is read (no pickles, no
+    shape that claims more bytes than the member holds, so a corrupt header cannot exhaust memory)."""
+    hint = "write it again with numpy.savez (one plain numeric array per input)"
+    if not zipfile.is_zipfile(path):
+        raise InputError(f"{path}: not an .npz file (not a zip archive); {hint}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                _check_member(path, archive, info, hint)
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
+        raise InputError(f"{path}: not a readable .npz file ({type(err).__name__}: {err}); {hint}") from err
+    except MemoryError as err:
+        raise InputError(f"{path}: its arrays do not fit in memory; use fewer calibration samples") from err
+
+
+def _check_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, hint: str) -> None:
+    name = info.filename.removesuffix(".npy")
+    with archive.open(info) as member:
+        try:
+            version = np.lib.format.read_magic(member)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = read_header(member)
+        except ValueError as err:
+            raise InputError(f"{path}: member {name!r} is not a .npy array ({err}); {hint}") from err
+        header_bytes = member.tell()
+    if dtype.hasobject:
+        raise InputError(f"{path}: array {name!r} holds Python objects (pickled), which are refused (allow_pickle=False); {hint}")
+    claimed = math.prod(shape) * dtype.itemsize
+    held = info.file_size - header_bytes
+    if claimed != held:
+        raise InputError(f"{path}: array {name!r} claims shape {list(shape)} {dtype} ({claimed} bytes) but holds {held} bytes: the file is corrupt or truncated; {hint}")
+
+
 def model_inputs(onnx_path: Path) -> dict[str, tuple[str, list]]:
     """Each ONNX input's numpy dtype name and dims (None where dynamic)."""
-    import onnx
     from onnx import helper
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
+    from pipeline.onnxfile import load_onnx
+
+    model = load_onnx(onnx_path)
     return {
         i.name: (helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name,
                  [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim])

@@ -17,6 +17,8 @@ import numpy as np
 
 from pipeline.errors import InputError
 
+MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
+
 
 @dataclass(frozen=True)
 class NodeError:
@@ -33,7 +35,9 @@ def _expose_all(path: Path, target: Path) -> list[str]:
     """Write a copy of the model whose outputs are all its float node outputs; return their names."""
     import onnx
 
-    model = onnx.load(str(path))
+    from pipeline.onnxfile import load_onnx
+
+    model = load_onnx(path, weights=True)
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
     existing = {o.name for o in model.graph.output}
@@ -57,14 +61,29 @@ def _run_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(exposed), options, providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(exposed), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own untyped errors
+        raise InputError(f"{path}: onnxruntime cannot load it: {_first_line(err)}") from err
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
+    missing = sorted(wanted - feed_sets[0].keys())
+    if missing:
+        raise InputError(f"{path}: model input {missing[0]!r} has no data (given: {', '.join(sorted(feed_sets[0]))}); both models must take the inputs given")
     values: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for feeds in feed_sets:
-        for name, value in zip(names, session.run(None, {k: v for k, v in feeds.items() if k in wanted}), strict=True):
+        try:
+            results = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+        except Exception as err:  # shapes or dtypes the model does not accept
+            raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({_first_line(err)}); give inputs of its shapes and dtypes") from err
+        for name, value in zip(names, results, strict=True):
             values[name].append(np.asarray(value, np.float64))
     return values
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
@@ -75,13 +94,10 @@ def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
 
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, Any]:
-    import onnx
 
-    for path in (reference, candidate):
-        if not path.is_file():
-            raise InputError(f"{path}: no such ONNX file")
-    ref_model = onnx.load(str(reference), load_external_data=False)
-    cand_model = onnx.load(str(candidate), load_external_data=False)
+    from pipeline.onnxfile import load_onnx
+
+    ref_model, cand_model = load_onnx(reference), load_onnx(candidate)
     a, b = _run_all(reference, feed_sets, workdir), _run_all(candidate, feed_sets, workdir)
     # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
     producer = {o: n for n in cand_model.graph.node for o in n.output}
@@ -98,8 +114,9 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
             error = _relative_error(a[tensor], b[other])
             if error is not None:
                 errors[tensor] = error
-    if not errors:
-        raise InputError(f"{reference} and {candidate} share no tensor names: compare models exported from the same graph")
+    if len(errors) < MIN_JOINED * len(a):
+        raise InputError(f"{reference} and {candidate} share only {len(errors)} of {len(a)} float tensors by name: they are not "
+                         "two precisions of one graph; compare models made from the same export (e.g. model.opt.onnx and model.int8.onnx)")
     rows = []
     for node in ref_model.graph.node:
         outs = [t for t in node.output if t in errors]

@@ -3,6 +3,10 @@
 TensorRT 11 takes precision only from the ONNX (strongly typed networks), so the FP16 engine
 is built from this file. AutoCast keeps in FP32 the nodes whose values would overflow FP16
 and those the profile excludes.
+
+The result is checked to run on onnxruntime at the input shapes given (the stage passes the
+profile's min and opt shapes and each dynamic dim at its max, `samples.range_sizes`) before it
+is written: a file that cannot run is never left behind.
 """
 
 from __future__ import annotations
@@ -13,8 +17,12 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import InputError
+import numpy as np
+
+from pipeline.errors import InputError, StageFailed
 from pipeline.fileio import atomic_path
+
+AUTOCAST_PLACEHOLDER_DIM = "unk"
 
 
 @dataclass(frozen=True)
@@ -22,9 +30,14 @@ class Fp16Result:
     providers: list[str]
     nodes: int
     fp32_nodes_kept: int
+    dims_repaired: int
+    checked_shapes: list[dict[str, list[int]]]
 
 
-def convert_fp16(source: Path, target: Path, op_types_to_exclude: list[str], nodes_to_exclude: list[str]) -> Fp16Result:
+def convert_fp16(
+    source: Path, target: Path, op_types_to_exclude: list[str], nodes_to_exclude: list[str], feed_sets: list[dict[str, np.ndarray]],
+) -> Fp16Result:
+    """Convert `source` to mixed FP16 and write `target` only if it runs on every feed set."""
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
@@ -40,9 +53,65 @@ def convert_fp16(source: Path, target: Path, op_types_to_exclude: list[str], nod
             )
     except (ValueError, KeyError) as err:
         raise InputError(f"fp16: ModelOpt AutoCast cannot convert {source}: {err}") from err
+    repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
     with atomic_path(target) as tmp:
         onnx.save(model, str(tmp))
-    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model))
+        checked = check_runs(tmp, feed_sets, "fp16")
+    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked)
+
+
+def repair_placeholder_dims(model, source) -> int:
+    """Undo AutoCast's shape placeholders in `model` (in place); return how many dims were changed.
+
+    AutoCast (ModelOpt 0.47, `autocast/utils.py: clear_types_and_shapes_recursive`) renames every
+    static dim of the intermediate value_info to the one symbol "unk" before re-running ONNX shape
+    inference; the dims inference cannot derive (after an Expand or Reshape by a computed shape)
+    keep it. onnxruntime takes one symbol for one size across the graph: HF BERT's attention mask
+    [batch, 1, 1, 128] and its broadcast [batch, 1, 128, 128] both read [batch, unk, unk, 128], the
+    memory planner gives them one buffer and the run fails ("Shape mismatch attempting to re-use
+    buffer. {2,1,1,128} != {2,1,128,128}"). The fix: a tensor the source has takes the source's
+    dims (AutoCast changes types, not shapes), a Cast AutoCast inserted takes its input's, and a
+    placeholder left over becomes an unknown dim (no value, no symbol).
+    """
+    known = {v.name: v.type.tensor_type.shape for v in [*source.graph.value_info, *source.graph.input, *source.graph.output]}
+    cast_input = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast"}
+    repaired = 0
+    for value in [*model.graph.value_info, *model.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        if not any(d.dim_param == AUTOCAST_PLACEHOLDER_DIM for d in dims):
+            continue
+        name = value.name
+        while name not in known and name in cast_input:
+            name = cast_input[name]
+        truth = known.get(name)
+        for i, dim in enumerate(dims):
+            if dim.dim_param != AUTOCAST_PLACEHOLDER_DIM:
+                continue
+            repaired += 1
+            if truth is not None and len(truth.dim) == len(dims):
+                dim.CopyFrom(truth.dim[i])
+            else:
+                dim.Clear()
+            if dim.dim_param == AUTOCAST_PLACEHOLDER_DIM:  # the source itself named a dim "unk": forget it too
+                dim.Clear()
+    return repaired
+
+
+def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -> list[dict[str, list[int]]]:
+    """Run the model at each feed set (one session); a failure is one line naming the shapes and the node."""
+    from pipeline.verify import OnnxSession
+
+    session = OnnxSession(path)
+    checked = []
+    for feeds in feed_sets:
+        shapes = {name: list(a.shape) for name, a in feeds.items()}
+        try:
+            session.run(feeds)
+        except StageFailed as err:
+            raise StageFailed(f"{stage}: the converted model does not run at input shapes {shapes}: {err}; "
+                              f"exclude the node named there ([quant] fp16_exclude_nodes) or report it with the model") from err
+        checked.append(shapes)
+    return checked
 
 
 def _fp32_compute_nodes(model) -> int:

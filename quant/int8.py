@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ class Int8Result:
     qdq_pairs: int
     qdq_removed_by_preset: list[str]
     notes: list[str]
+    findings: list  # quant.lint.Finding: the result's Q/DQ placement checked against TensorRT's rules
 
 
 def _reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
@@ -71,28 +73,44 @@ def quantize_int8(
     import onnx
     from modelopt.onnx.quantization import quantize
 
+    from pipeline.onnxfile import external_tensors, load_onnx, private_copy
+    from quant.lint import lint_model
     from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
 
     if preset_name not in PRESETS:
         raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")
     preset = PRESETS[preset_name]
-    plan = plan_preset(preset, onnx.load(str(source), load_external_data=False), max_sequence)
+    source_model = load_onnx(source)
+    plan = plan_preset(preset, source_model, max_sequence)
     feeds = split(calibration, batch)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
-    with atomic_path(target) as tmp:
+    # ModelOpt rewrites the file it is given (shape inference in place) and writes intermediates
+    # beside it and beside its output: it gets a private copy in a work folder, never our input
+    with private_copy(source, external_tensors(source_model), beside=target) as (workdir, copy):
+        del source_model
+        quantized_path = workdir / "quantized.onnx"
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
                 quantize(
-                    onnx_path=str(source), quantize_mode="int8", calibration_data_reader=_reader(feeds, on_step),
+                    onnx_path=str(copy), quantize_mode="int8", calibration_data_reader=_reader(feeds, on_step),
                     calibration_method=calibration_method, calibration_eps=["cpu"], high_precision_dtype=high_precision_dtype,
                     op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
-                    calibrate_per_node=False, output_path=str(tmp), log_level="ERROR",
+                    nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,
+                    calibrate_per_node=False, output_path=str(quantized_path), log_level="ERROR",
                 )
-        except (ValueError, KeyError, RuntimeError) as err:
-            raise InputError(f"int8: ModelOpt cannot quantize {source}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
-        model = onnx.load(str(tmp))
-        removed = apply_preset(preset, model)
+        except (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError) as err:
+            raise InputError(f"int8: ModelOpt cannot quantize {source}: {type(err).__name__}: {_first_line(err)}; "
+                             "try another --preset, or rerun with --debug for ModelOpt's traceback") from err
+        model = onnx.load(str(quantized_path))
+    removed = apply_preset(preset, model)
+    with atomic_path(target) as tmp:
         onnx.save(model, str(tmp))
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")
     notes = [*plan.notes, f"attention MatMuls in the result: {attention_state(model)}"]
-    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes)
+    findings = lint_model(model, max_sequence)
+    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes, findings)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"

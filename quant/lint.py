@@ -4,11 +4,13 @@ Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT is
 - qdq-after-gemm: a Q/DQ between a GEMM/Conv (or its bias Add) and the bias Add, activation
   or residual Add that would otherwise fuse into it;
 - residual-skip-not-quantized: a residual Add fed by a quantized GEMM whose other (skip)
-  input is not quantized, so the Add cannot fuse into the GEMM in INT8;
+  input is not quantized, so the Add cannot fuse into the GEMM in INT8 (an Add feeding a
+  Softmax adds an attention mask to the scores: no residual);
 - qdq-into-float-region: a Q/DQ feeding LayerNormalization or Softmax, whose internals run
   in float inside the fused region;
 - attention-not-fusable: Q/DQ on attention MatMuls where fused INT8 attention is impossible
-  (head size not in 16/32/64, or sequence > 512);
+  (head size not in 16/32/64, or sequence > 512; a dynamic sequence counts only when its
+  maximum is given, as the build stage does from the profile);
 - weight-without-dq: a quantized GEMM/Conv whose weight is a float initializer with no
   DequantizeLinear between it and the layer;
 - concat-unequal-scales: a Concat of dequantized inputs with different scales (TensorRT
@@ -23,8 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError
-from quant.presets import ACTIVATION_OPS, FLOAT_REGION_OPS, FUSED_ATTENTION_HEAD_SIZES, FUSED_ATTENTION_MAX_SEQUENCE, GEMM_OPS, attention_shapes
+from quant.presets import (
+    ACTIVATION_OPS,
+    FLOAT_REGION_OPS,
+    FUSED_ATTENTION_HEAD_SIZES,
+    FUSED_ATTENTION_MAX_SEQUENCE,
+    GEMM_OPS,
+    attention_mask_adds,
+    attention_shapes,
+)
 
 RULES = ("qdq-after-gemm", "residual-skip-not-quantized", "qdq-into-float-region", "attention-not-fusable", "weight-without-dq", "concat-unequal-scales")
 
@@ -90,15 +99,9 @@ def lint_model(model, max_sequence: int | None = None) -> list[Finding]:
 
 
 def lint_file(path: Path, max_sequence: int | None = None) -> list[Finding]:
-    import onnx
+    from pipeline.onnxfile import load_onnx
 
-    if not path.is_file():
-        raise InputError(f"{path}: no such ONNX file")
-    try:
-        model = onnx.load(str(path))
-    except Exception as err:  # protobuf's DecodeError and friends
-        raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__})") from err
-    return lint_model(model, max_sequence)
+    return lint_model(load_onnx(path, weights=True), max_sequence)
 
 
 def _qdq_after_gemm(g: _Graph) -> list[Finding]:
@@ -121,8 +124,9 @@ def _qdq_after_gemm(g: _Graph) -> list[Finding]:
 
 def _residual_skip(g: _Graph) -> list[Finding]:
     out = []
+    masks = set(attention_mask_adds(g.model))
     for node in g.nodes:
-        if node.op_type != "Add" or len(node.input) != 2 or any(g.constant(i) is not None for i in node.input):
+        if node.op_type != "Add" or len(node.input) != 2 or any(g.constant(i) is not None for i in node.input) or node.name in masks:
             continue
         for side in (0, 1):
             gemm_tensor, skip = node.input[side], node.input[1 - side]
@@ -201,11 +205,11 @@ def _attention(g: _Graph, model, max_sequence: int | None) -> list[Finding]:
         if not any(g.quantized_activation(i) for i in matmul.input):
             continue
         seq = max_sequence or sequence
-        if head in FUSED_ATTENTION_HEAD_SIZES and seq is not None and seq <= FUSED_ATTENTION_MAX_SEQUENCE:
-            continue
+        if (head is None or head in FUSED_ATTENTION_HEAD_SIZES) and (seq is None or seq <= FUSED_ATTENTION_MAX_SEQUENCE):
+            continue  # an unknown size (a dynamic sequence) is no violation: --max-sequence checks it
         out.append(Finding(
             "attention-not-fusable", [name],
-            f"attention MatMul {name} is quantized but fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} (here {head}, {seq})",
+            f"attention MatMul {name} is quantized but fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} (here head size {head}, sequence {seq})",
             "leave attention in float: ModelOpt disable_mha_qdq=True (preset trt-fusion does this)",
         ))
     return out

@@ -10,7 +10,10 @@
   into the GEMM), never the input of LayerNormalization or Softmax (their internals run in
   float inside the fused region); attention MatMuls get Q/DQ only when fused INT8 attention
   is possible (head size 16/32/64 and sequence <= 512, "Explicit Quantization" / "Fused
-  Attention"), else `disable_mha_qdq`.
+  Attention"), else `disable_mha_qdq`. The attention-mask Add before Softmax is never
+  quantized: it runs inside the fused attention, and a Hugging Face mask holds the float
+  minimum (or -inf) where tokens are padding, which no INT8 scale can represent (ModelOpt's
+  entropy calibration fails on it: "Too many bins for data range").
 - `gemm-only`: only MatMul/Gemm inputs (ModelOpt `op_types_to_quantize`), attention as in
   trt-fusion: the smallest placement, for when accuracy matters more than speed.
 """
@@ -48,13 +51,25 @@ class PresetPlan:
     op_types_to_quantize: list[str] | None
     disable_mha_qdq: bool
     notes: list[str] = field(default_factory=list)
+    nodes_to_exclude: list[str] = field(default_factory=list)  # exact node names
+
+
+def attention_mask_adds(model) -> list[str]:
+    """Names of the Adds that add a mask to attention scores: their output feeds a Softmax
+    (not residuals: the "skip" side is a mask of 0 and large negative values)."""
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    return [n.name for n in model.graph.node
+            if n.op_type == "Add" and any(c.op_type == "Softmax" for c in consumers.get(n.output[0], []))]
 
 
 def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
     """(MatMul name, head size, sequence length) of each attention score MatMul (its output reaches a Softmax)."""
     import onnx
 
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
     shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
               for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
     producer = {o: n for n in model.graph.node for o in n.output}
@@ -69,6 +84,25 @@ def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
         scores = shapes.get(node.output[0]) or []
         found.append((node.name, query[-1] if query else None, scores[-1] if scores else None))
     return found
+
+
+WEIGHT_ELEMENTS = 1024  # larger initializers are weights: shape inference needs their shape, not their values
+
+
+def _without_weights(model):
+    """A copy of `model` whose large initializers keep their type and shape but not their data:
+    shape inference then costs milliseconds instead of serializing every weight."""
+    import math
+
+    import onnx
+
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for tensor in light.graph.initializer:
+        if math.prod(tensor.dims) > WEIGHT_ELEMENTS:
+            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                tensor.ClearField(data)
+    return light
 
 
 def attention_state(model) -> str:
@@ -117,6 +151,15 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     """ModelOpt arguments for a preset; decides attention quantization from the model's shapes."""
     if preset.attention == "modelopt":
         return PresetPlan(preset.op_types_to_quantize, False, ["attention Q/DQ as ModelOpt places them"])
+    masks = attention_mask_adds(model)
+    plan = _attention_plan(preset, model, max_sequence)
+    plan.nodes_to_exclude = masks
+    if masks:
+        plan.notes.append(f"{len(masks)} attention-mask Add(s) before Softmax left in float")
+    return plan
+
+
+def _attention_plan(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     attention = attention_shapes(model)
     if not attention:
         return PresetPlan(preset.op_types_to_quantize, False, ["no attention found"])

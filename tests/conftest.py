@@ -4,6 +4,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No example database: a failure found once must not replay in every later run (CI's clean clone
+# and a developer's tree alike) without saying what it is; each failure prints its reproducer
+# (@reproduce_failure blob) and the falsifying example.
+settings.register_profile("project", database=None, print_blob=True)
+settings.load_profile("project")
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -18,11 +25,20 @@ def trt_fixtures() -> Path:
     return TRT_DATA
 
 
-def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `python -m pipeline ARGS` as a user would; tests' factories are importable."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "COLUMNS": "200"}
+@pytest.fixture(scope="session")
+def conformance(tmp_path_factory):
+    """`conformance(version)`: the conformance scenarios' results against that TensorRT version's real
+    bindings (tests/trt_bindings.py), run once per session per version."""
+    from trt_bindings import Conformance
+
+    return Conformance(tmp_path_factory.mktemp("conformance"))
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, path: tuple[Path, ...] = (), **popen) -> subprocess.CompletedProcess:
+    """Run `python -m pipeline ARGS` as a user would; tests' factories (and `path`) are importable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), *map(str, path)]), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "pipeline", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **popen
     )
 
 
@@ -56,4 +72,23 @@ max = 16
 name = "x"
 dtype = "float32"
 shape = ["batch", 8]
+"""
+
+
+SMALL_MLP_PROFILE = """
+name = "small-mlp"
+[model]
+factory = "factories:small_mlp"
+seed = 5
+[dims.batch]
+min = 1
+opt = 4
+max = 16
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["batch", 32]
+[quant]
+samples = 1024  # calibration long enough (about a second) for the tests to interrupt it
+accuracy_samples = 4
 """

@@ -51,3 +51,13 @@ class HandWrittenBlock(nn.Module):
 
 def hand_written_block():
     return HandWrittenBlock()
+
+
+def small_mlp():
+    """Big enough for ModelOpt to quantize (it skips GEMMs with K or N < 16)."""
+    return nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32))
+
+
+def tiny_mlp_with_dynamic_shapes():
+    """Returns (module, example_inputs, dynamic_shapes) with the shapes keyed by forward's argument name."""
+    return tiny_mlp(), (torch.randn(3, 8),), {"input": {0: torch.export.Dim("batch", min=1, max=16)}}

@@ -54,7 +54,7 @@ def one_line_error(result, code: int) -> str:
     [
         (["build", "--profile", "no-such"], "error: profile 'no-such' not found"),
         (["build", "--onnx", "missing.onnx"], "missing.onnx: no such ONNX file"),
-        (["build", "--onnx", "garbage.onnx"], "garbage.onnx: not a readable ONNX model"),
+        (["build", "--onnx", "garbage.onnx"], "garbage.onnx: not an ONNX model"),
     ],
 )
 def test_bad_input_exit_2_one_line(tmp_path, args, expected):

@@ -56,6 +56,13 @@ def test_factory_may_return_its_own_example_inputs(tmp_path):
     assert result.max_abs_diff <= 1e-4
 
 
+def test_factory_dynamic_shapes_by_argument_name(tmp_path):
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:tiny_mlp_with_dynamic_shapes")
+    export_model(load_profile(str(write_profile(tmp_path, text))), tmp_path / "m.onnx")
+    (out,) = run_onnx(tmp_path / "m.onnx", {"x": np.ones((5, 8), np.float32)})
+    assert out.shape == (5, 4)
+
+
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_unsupported_operator_names_op_and_module(tmp_path, exporter):
     text = '[model]\nfactory = "factories:polygamma_model"\n[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [2, 8]\n'

@@ -21,7 +21,7 @@ def imported_top_level_modules(*python_args: str) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("args", [("--help",), ("build", "--help"), ("export", "--help")])
+@pytest.mark.parametrize("args", [("--help",), ("build", "--help"), ("export", "--help"), ("profiles",)])
 def test_help_imports_no_heavy_library(args):
     names = imported_top_level_modules("-m", "pipeline", *args)
     assert "pipeline" in names and "typer" in names, "importtime output not understood"

@@ -1,12 +1,22 @@
 """Property: optimize(g) computes what g computes, on generated small graphs that mix the
 patterns the rules look for (written-out LayerNorm and GELU, constant chains, no-ops,
-transpose pairs, expand, attention scores) with ordinary ops."""
+transpose pairs, expand, attention scores) with ordinary ops.
+
+One class of generated case is checked with fuse-layernorm skipped (the other rules still run),
+for the reason its own test shows: a LayerNorm whose input rows have a standard deviation tiny
+against their mean (e.g. sigmoid(relu(x)) with x < 0: rows of 0.5 and one 0.50036). The fused
+`LayerNormalization` is the same function, but onnxruntime's CPU kernel computes the variance
+in one pass, E[x^2] - E[x]^2, which cancels catastrophically there (error ~ float32 eps *
+(mean / std)^2): it returns -90.8 where float64 and the written-out graph give -0.577. The
+written-out graph is the accurate one; the rewrite is exact; the kernel is not. Real LayerNorm
+inputs (residual streams) have std ~ |mean|.
+"""
 
 import math
 
 import numpy as np
 import onnx
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -18,9 +28,14 @@ STEPS = ["relu", "identity", "cast", "add_const", "mul_const_chain", "transpose_
          "gelu_erf", "gelu_tanh", "layernorm", "expand_add", "attention", "sigmoid", "dropout"]
 
 
+FP32_EPS = float(np.finfo(np.float32).eps)
+TOLERANCE = 1e-5
+
+
 class GraphBuilder:
     def __init__(self, seed: int):
         self.nodes, self.inits, self.count, self.rng = [], [], 0, np.random.default_rng(seed)
+        self.layernorm_inputs: list[str] = []
 
     def name(self, base: str) -> str:
         self.count += 1
@@ -68,6 +83,7 @@ class GraphBuilder:
             tanh = self.op("Tanh", [self.op("Mul", [self.const(f32(math.sqrt(2 / math.pi))), self.op("Add", [x, cube])])])
             return self.op("Mul", [self.op("Mul", [self.const(f32(0.5)), x]), self.op("Add", [self.const(f32(1)), tanh])])
         if kind == "layernorm":
+            self.layernorm_inputs.append(x)
             axes = self.const(np.array([-1], np.int64))
             mean = self.op("ReduceMean", [x, axes], keepdims=1)
             d = self.op("Sub", [x, mean])
@@ -85,22 +101,80 @@ class GraphBuilder:
         raise AssertionError(kind)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kinds=st.lists(st.sampled_from(STEPS), min_size=1, max_size=7), seed=st.integers(0, 2**16))
-def test_optimize_preserves_outputs(tmp_path, kinds, seed):
+def build(kinds: list[str], seed: int, expose_layernorm_inputs: bool = False):
+    """The generated model; optionally with each written-out LayerNorm's input as an extra output."""
     builder = GraphBuilder(seed)
     x = "x"
     for kind in kinds:
         x = builder.step(kind, x)
     builder.nodes.append(helper.make_node("Identity", [x], ["y"]))
-    graph = helper.make_graph(builder.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], builder.inits)
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)]
+    if expose_layernorm_inputs:
+        outputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, SHAPE) for name in dict.fromkeys(builder.layernorm_inputs) if name != "x"]
+    graph = helper.make_graph(builder.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)], outputs, builder.inits)
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10))
+
+
+def feeds_for(seed: int) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)}
+
+
+def one_pass_variance_error(rows: np.ndarray) -> float:
+    """Expected error of a float32 one-pass variance, relative to the variance: eps * (mean / std)^2, worst row."""
+    rows = rows.astype(np.float64)
+    mean, var = rows.mean(-1), rows.var(-1)
+    return float(np.max(np.where(var > 0, FP32_EPS * mean**2 / np.maximum(var, 1e-300), np.inf)))
+
+
+def layernorm_conditioning(kinds: list[str], seed: int, tmp_path) -> float:
+    """The worst one_pass_variance_error over the inputs of the model's written-out LayerNorms (0 without any)."""
+    builder_inputs = GraphBuilder(seed)
+    x = "x"
+    for kind in kinds:
+        x = builder_inputs.step(kind, x)
+    if not builder_inputs.layernorm_inputs:
+        return 0.0
+    onnx.save(build(kinds, seed, expose_layernorm_inputs=True), tmp_path / "exposed.onnx")
+    values = dict(zip(["y", *[n for n in dict.fromkeys(builder_inputs.layernorm_inputs) if n != "x"]], run_onnx(tmp_path / "exposed.onnx", feeds_for(seed))))
+    values["x"] = feeds_for(seed)["x"]
+    return max(one_pass_variance_error(values[name]) for name in builder_inputs.layernorm_inputs)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.sampled_from(STEPS), min_size=1, max_size=7), seed=st.integers(0, 2**16))
+def test_optimize_preserves_outputs(tmp_path, kinds, seed):
     source, target = tmp_path / "g.onnx", tmp_path / "g.opt.onnx"
-    onnx.save(model, source)
+    onnx.save(build(kinds, seed), source)
     result = optimize_file(source, target)
     onnx.checker.check_model(onnx.load(target))
     assert result.nodes_after <= result.nodes_before
-    feeds = {"x": np.random.default_rng(seed).standard_normal(SHAPE).astype(np.float32)}
+    if "fuse-layernorm" in result.history and layernorm_conditioning(kinds, seed, tmp_path) > TOLERANCE:
+        # onnxruntime's LayerNormalization cannot be compared here (module docstring): check every other rule on this graph
+        event("fuse-layernorm skipped: LayerNorm input ill-conditioned for onnxruntime's one-pass variance")
+        optimize_file(source, target, skip=["fuse-layernorm"])
+    feeds = feeds_for(seed)
     (expected,), (actual,) = run_onnx(source, feeds), run_onnx(target, feeds)
-    assert np.allclose(actual, expected, rtol=1e-5, atol=1e-5), (kinds, float(np.max(np.abs(actual - expected))))
+    assert np.allclose(actual, expected, rtol=TOLERANCE, atol=TOLERANCE), (kinds, seed, float(np.max(np.abs(actual - expected))))
+
+
+def test_the_excluded_case_is_onnxruntimes_one_pass_variance_not_the_rewrite(tmp_path):
+    """The failing example the property test once found, (['relu', 'sigmoid', 'layernorm'], seed 1182): the
+    written-out graph agrees with float64; onnxruntime's LayerNormalization on the same rows does not."""
+    kinds, seed = ["relu", "sigmoid", "layernorm"], 1182
+    source, target = tmp_path / "g.onnx", tmp_path / "g.opt.onnx"
+    onnx.save(build(kinds, seed), source)
+    assert "fuse-layernorm" in optimize_file(source, target).history
+    x = feeds_for(seed)["x"].astype(np.float64)
+    rows = 1 / (1 + np.exp(-np.maximum(x, 0)))  # the LayerNorm's input, in float64
+    gamma_beta = [numpy_helper.to_array(i) for i in onnx.load(source).graph.initializer if i.dims == [SHAPE[-1]]]
+    normalized = (rows - rows.mean(-1, keepdims=True)) / np.sqrt(rows.var(-1, keepdims=True) + 1e-12)
+    reference = normalized * gamma_beta[0] + gamma_beta[1]
+    (written_out,), (fused,) = run_onnx(source, feeds_for(seed)), run_onnx(target, feeds_for(seed))
+    assert one_pass_variance_error(rows) > 100 * TOLERANCE and layernorm_conditioning(kinds, seed, tmp_path) > TOLERANCE
+    assert np.max(np.abs(written_out - reference)) < 1e-2, "the written-out (two-pass) graph is accurate"
+    assert np.max(np.abs(fused - reference)) > 1.0, "onnxruntime's one-pass LayerNormalization is not"
+
+
+def test_hypothesis_keeps_no_database_and_prints_reproducers():
+    """tests/conftest.py's profile: no .hypothesis database replaying old failures, a @reproduce_failure blob on failure."""
+    assert settings.default.database is None and settings.default.print_blob is True

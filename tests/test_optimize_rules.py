@@ -6,6 +6,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+from conftest import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.errors import InputError
@@ -374,3 +375,60 @@ def test_rules_can_be_selected_and_skipped(tmp_path):
     assert ops == ["Relu", "Identity"]
     with pytest.raises(InputError, match="unknown rule nope; rules are: fold-constants"):
         optimize_file(path, tmp_path / "o.onnx", only=["nope"])
+
+
+# ---------------------------------------------------------------- sequences
+
+
+@pytest.mark.parametrize(("split", "indices"), [(np.int64(4), [0, 1, -1]), (np.array([4, 4, 4], np.int64), [2, 0])])
+def test_split_to_sequence_becomes_split(tmp_path, split, indices):
+    """GPT-2's dynamo export: SequenceAt(SplitToSequence(x, 64, axis=2), 0/1/2); a scalar or 1-D split, negative indices."""
+    nodes = [helper.make_node("SplitToSequence", ["x", "split"], ["seq"], axis=1)]
+    nodes += [helper.make_node("SequenceAt", ["seq", f"i{k}"], [f"part{k}"]) for k in range(len(indices))]
+    nodes += [helper.make_node("Relu", [f"part{k}"], [f"y{k}"]) for k in range(len(indices))]
+    outputs = [helper.make_tensor_value_info(f"y{k}", F, None) for k in range(len(indices))]
+    constants = [("split", split), *[(f"i{k}", np.int64(i)) for k, i in enumerate(indices)]]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 12])], outputs, constants)
+    model, ops, diff, result = optimize_and_compare(tmp_path, path, {"x": rand(2, 12)})
+    assert sorted(ops) == ["Relu"] * len(indices) + ["Split"] and diff == 0.0
+    assert stats_of(result, "split-to-sequence-as-split")["applied"] == 1
+
+
+def test_split_to_sequence_read_otherwise_is_kept(tmp_path):
+    nodes = [helper.make_node("SplitToSequence", ["x", "split"], ["seq"], axis=1), helper.make_node("SequenceLength", ["seq"], ["y"])]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 12])], [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+                      [("split", np.int64(4))])
+    model, ops, diff, result = optimize_and_compare(tmp_path, path, {"x": rand(2, 12)})
+    assert ops == ["SplitToSequence", "SequenceLength"]
+    assert "the sequence is used by something other than SequenceAt" in stats_of(result, "split-to-sequence-as-split")["why_not"]
+
+
+def test_rules_are_selected_by_name(tmp_path):
+    """`--rules fuse-gelu` once rejected every name (operator precedence in select_rules)."""
+    from pipeline.optimize import select_rules
+    from pipeline.optimize.rules import RULE_NAMES
+
+    assert [r.name for r in select_rules(["fuse-gelu"])] == ["fuse-gelu"]
+    assert [r.name for r in select_rules(None, ["fuse-gelu"])] == [n for n in RULE_NAMES if n != "fuse-gelu"]
+    with pytest.raises(InputError, match="unknown rule fuse-gleu; rules are: "):
+        select_rules(["fuse-gleu"])
+    with pytest.raises(InputError, match="unknown rule nope"):
+        select_rules(None, ["nope"])
+
+
+def test_optimize_command_lists_and_selects_rules(tmp_path):
+    from pipeline.optimize.rules import RULE_NAMES
+
+    listed = run_cli("optimize", "--list-rules")
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == RULE_NAMES
+    assert all(" -> " in line for line in listed.stdout.splitlines()[1:]), "each rule states its rewrite"
+    nodes = [helper.make_node("Mul", ["x", "half"], ["xh"]), helper.make_node("Div", ["x", "sqrt2"], ["xs"]), helper.make_node("Erf", ["xs"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["xh", "e1"], ["y"])]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])],
+                      [("half", np.float32(0.5)), ("sqrt2", np.float32(math.sqrt(2))), ("one", np.float32(1.0))])
+    only_gelu = run_cli("optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--rules", "fuse-gelu")
+    assert only_gelu.returncode == 0, only_gelu.stderr
+    assert [n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node] == ["Gelu"]
+    typo = run_cli("optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--rules", "fuse-gleu")
+    assert typo.returncode == 2 and "unknown rule fuse-gleu" in typo.stderr

@@ -53,7 +53,10 @@ def test_binary_not_utf8_empty_missing(tmp_path):
         parse_layer_info(write(tmp_path, b'{"Layers": ["\xff\xfe"]}'))
     with pytest.raises(LayerInfoParseError, match="empty file: byte 0: the file is empty"):
         parse_layer_info(write(tmp_path, "  \n"))
-    with pytest.raises(InputError, match="no such file"):
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such layer information file"):
         parse_layer_info(tmp_path / "nope.json")
 
 

@@ -10,8 +10,8 @@ from conftest import run_cli
 from pipeline.optimize import optimize_file
 from pipeline.profiles import load_profile
 from pipeline.quiet import captured
-from pipeline.samples import make_inputs
-from quant.accuracy import accuracy
+from pipeline.samples import make_inputs, stack_batches
+from quant.accuracy import accuracy, model_outputs
 from quant.calibration import synthetic
 from quant.int8 import quantize_int8
 from quant.lint import lint_model
@@ -95,16 +95,17 @@ def test_attention_is_left_in_float_when_fused_int8_attention_is_impossible(bert
 
 def test_accuracy_figures_separate_a_broken_model(bert_tiny_opt, quantized, tmp_path):
     profile = load_profile("bert-tiny")
-    feeds = [make_inputs(profile, seed=s) for s in range(8)]
+    batches = stack_batches(profile, [make_inputs(profile, seed=s) for s in range(8)])
     good = tmp_path / "good.onnx"
     onnx.save(quantized["trt-fusion"], good)
-    assert accuracy(bert_tiny_opt, good, feeds)["cosine_centered"] >= 0.99
+    reference = model_outputs(bert_tiny_opt, batches)
+    assert accuracy(reference, model_outputs(good, batches), 8)["cosine_centered"] >= 0.99
     broken = onnx.load(str(bert_tiny_opt))  # the score layer's weights zeroed: a constant score
     for init in broken.graph.initializer:
         if init.name == "match_model.score_layer.weight":
             init.raw_data = bytes(len(init.raw_data))
     onnx.save(broken, tmp_path / "broken.onnx")
-    figures = accuracy(bert_tiny_opt, tmp_path / "broken.onnx", feeds)
+    figures = accuracy(reference, model_outputs(tmp_path / "broken.onnx", batches), 8)
     assert figures["cosine"] > 0.99, "the plain cosine cannot see it"
     assert figures["cosine_centered"] < 0.5, "the gate's metric does"
 

@@ -88,3 +88,78 @@ def test_corrupt_manifest_is_a_clear_input_error(tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(InputError, match="not a manifest this version wrote"):
         Manifest.load_or_new(tmp_path / "manifest.json", "x")
+
+
+def test_an_edited_or_truncated_output_is_not_cached(tmp_path):
+    counting = CountingStage()
+    make_runner(tmp_path).run([counting.stage()])
+    (tmp_path / "export.txt").write_text("edited by hand")
+    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
+    (tmp_path / "export.txt").write_text("")  # truncated, as a kill during a rewrite leaves it
+    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
+    assert make_runner(tmp_path).run([counting.stage()])[0].status == "cached"
+    assert counting.runs == 3
+
+
+def test_records_of_stages_not_in_this_run_are_kept_and_made_stale_only_by_a_change(tmp_path):
+    export, optimize, fp16 = CountingStage("export"), CountingStage("optimize"), CountingStage("fp16")
+    make_runner(tmp_path).run([export.stage(), optimize.stage(), fp16.stage()])
+    make_runner(tmp_path).run([export.stage(), optimize.stage()])  # both cached: fp16 stays valid
+    statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
+    assert statuses == {"export": "cached", "optimize": "cached", "fp16": "done"}
+    optimize.setting = "b"  # optimize writes another model: fp16, built from the old one, is out of date
+    make_runner(tmp_path).run([export.stage(), optimize.stage()])
+    fp16_record = next(s for s in json.loads((tmp_path / "manifest.json").read_text())["stages"] if s["name"] == "fp16")
+    assert fp16_record["status"] == "stale" and "stage optimize ran again" in fp16_record["reason"]
+
+
+def test_a_failure_makes_earlier_downstream_records_stale(tmp_path):
+    export, optimize, int8 = CountingStage("export"), CountingStage("optimize"), CountingStage("int8")
+    make_runner(tmp_path).run([export.stage(), optimize.stage(), int8.stage()])
+
+    def fail(ctx, status):
+        raise InputError("model input 'tokens' is not in the profile")
+
+    with pytest.raises(InputError):
+        make_runner(tmp_path).run([export.stage(), Stage("optimize", lambda ctx: {"other": 1}, fail), int8.stage()])
+    statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
+    assert statuses == {"export": "cached", "optimize": "failed", "int8": "stale"}
+
+
+def test_interrupt_and_bug_are_recorded(tmp_path):
+    def interrupted(ctx, status):
+        raise KeyboardInterrupt
+
+    def bug(ctx, status):
+        return {}["missing"]
+
+    with pytest.raises(KeyboardInterrupt):
+        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, interrupted)])
+    (record,) = json.loads((tmp_path / "manifest.json").read_text())["stages"]
+    assert record["status"] == "interrupted"
+    with pytest.raises(KeyError):
+        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, bug)])
+    (record,) = json.loads((tmp_path / "manifest.json").read_text())["stages"]
+    assert record["status"] == "failed" and record["reason"].startswith("internal error: KeyError")
+
+
+def test_a_stage_cannot_read_a_failed_or_stale_stage(tmp_path):
+    def fail(ctx, status):
+        raise InputError("bad")
+
+    with pytest.raises(InputError):
+        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, fail)])
+    runner = make_runner(tmp_path)
+    with pytest.raises(InputError, match="stage 'export' failed in"):
+        runner.ctx.input("export", "onnx")
+
+
+def test_manifest_writes_merge_records_written_meanwhile(tmp_path):
+    from pipeline.manifest import StageRecord
+
+    first = Manifest.load_or_new(tmp_path / "manifest.json", "p")
+    second = Manifest.load_or_new(tmp_path / "manifest.json", "p")
+    first.put(StageRecord("fp16", "done", 1.0))
+    second.put(StageRecord("int8", "done", 1.0))
+    names = [s["name"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]]
+    assert names == ["fp16", "int8"]

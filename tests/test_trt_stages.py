@@ -2,6 +2,8 @@
 forward, --strict turns that into exit 3; the onnxruntime CPU benchmark runs for real."""
 
 import json
+import shlex
+from pathlib import Path
 
 from conftest import TINY_MLP_PROFILE, run_cli, write_profile
 
@@ -22,6 +24,50 @@ def test_engine_stages_are_skipped_with_reason_and_next_step(tmp_path):
         assert "docker run --rm --gpus all" in recorded[name]["reason"]
     assert recorded["report"]["status"] == "skipped" and "the build stage was skipped" in recorded["report"]["reason"]
     assert "Traceback" not in result.stderr
+
+
+def docker_run(reason: str) -> tuple[list[str], list[str]]:
+    """The pipeline arguments of the Docker hint in `reason`, and its -v mounts (host:container)."""
+    tokens = shlex.split(reason.split("from this folder: ", 1)[1])
+    run = tokens.index("run")
+    image = tokens.index("trt-pipeline", run)
+    assert tokens[run + 1: run + 8] == ["--rm", "--gpus", "all", "-v", "$PWD:$PWD", "-w", "$PWD"]
+    return tokens[image + 1:], [tokens[i + 1] for i in range(run + 8, image) if tokens[i] == "-v"]
+
+
+def test_docker_hint_repeats_the_users_build_and_mounts_its_files(tmp_path):
+    folder = tmp_path / "my profiles"
+    folder.mkdir()
+    profile = write_profile(folder, TINY_MLP_PROFILE)
+    out = tmp_path / "runs" / "a b"
+    result = run_cli("build", "--profile", str(profile), "--out", str(out), "--weak-fp16", "--verbosity", "layer_names_only")
+    assert result.returncode == 0, result.stderr
+    for name in ("build", "bench"):
+        arguments, mounts = docker_run(stages(out)[name]["reason"])
+        assert arguments == ["build", "--profile", str(profile), "--weak-fp16", "--verbosity", "layer_names_only", "--out", str(out), "--strict"]
+        mounted = [Path(m.split(":")[0]) for m in mounts]
+        assert all(m == f"{host}:{host}" for m, host in zip(mounts, mounted)), "mounted at the same path inside the container"
+        for path in (profile, out):
+            assert any(path == host or host in path.parents for host in mounted), f"{path} is not reachable in the container: {mounts}"
+
+
+def test_docker_hint_keeps_paths_in_the_current_folder_relative(tmp_path):
+    write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("build", "--profile", "p.toml", "--out", "out", "--until", "build", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    arguments, mounts = docker_run(stages(tmp_path / "out")["build"]["reason"])
+    assert arguments == ["build", "--profile", "p.toml", "--out", "out", "--strict"] and mounts == []
+
+
+def test_bench_trt_without_tensorrt_exits_3_with_one_line(tmp_path):
+    (tmp_path / "fp32.engine").write_bytes(b"not an engine: TensorRT is never reached")
+    result = run_cli("bench", str(tmp_path), "--backend", "trt", "--iterations", "7")
+    assert result.returncode == 3
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: bench --backend trt needs TensorRT and a GPU: TensorRT is not installed here")
+    arguments, mounts = docker_run(lines[0])
+    assert arguments == ["bench", str(tmp_path), "--backend", "trt", "--warmup", "10", "--iterations", "7", "--profile", "bert-tiny"]
+    assert any(Path(m.split(":")[0]) == tmp_path for m in mounts)
 
 
 def test_strict_exits_3_with_one_line(tmp_path):

@@ -19,13 +19,26 @@ def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: 
 
     if provider not in ort.get_available_providers():
         raise CapabilityMissing(f"onnxruntime has no {provider} here")
+    from pipeline.onnxfile import load_onnx
+
+    load_onnx(path, hint="pass an ONNX model, or an artifacts folder with model.opt/fp16/int8.onnx")
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=[provider])
+    try:
+        session = ort.InferenceSession(str(path), options, providers=[provider])
+    except Exception as err:  # onnxruntime raises its own untyped errors
+        raise InputError(f"{path}: onnxruntime cannot load it: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from err
     if session.get_providers()[0] != provider:
         raise CapabilityMissing(f"onnxruntime could not start {provider} for {path} (no usable GPU?)")
     wanted = {i.name for i in session.get_inputs()}
+    missing = sorted(wanted - feeds.keys())
+    if missing:
+        raise InputError(f"{path}: model input {missing[0]!r} is not in the profile's [[inputs]] ({', '.join(feeds)}); pass the --profile the model was built with")
     feed = {k: v for k, v in feeds.items() if k in wanted}
+    try:
+        session.run(None, feed)
+    except Exception as err:  # shapes or dtypes the model does not accept
+        raise InputError(f"{path}: onnxruntime cannot run it on the profile's inputs ({str(err).strip().splitlines()[0]}); pass the --profile the model was built with") from err
     for _ in range(warmup):
         session.run(None, feed)
     times = []
@@ -56,7 +69,7 @@ def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], w
             raise InputError(f"{path}: no such model file")
         step = lambda done, total, label=label: on_step(label, done, total)  # noqa: E731
         if backend == "trt":
-            from trt.engine import time_engine
+            from trt.run import time_engine
 
             times = time_engine(path, feeds, warmup, iterations, step)
         else:

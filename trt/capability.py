@@ -1,14 +1,15 @@
-"""Can this machine build TensorRT engines? If not: why, and how to run the job where it can."""
+"""Can this machine build TensorRT engines? If not: why, and the command that runs the job where it can."""
 
 from __future__ import annotations
 
+import os
+import shlex
+from pathlib import Path
+
 from pipeline.devices import cuda_device_present
 
-DOCKER_NEXT_STEP = (
-    "run the GPU stages in our image on a machine with an NVIDIA GPU: "
-    "docker build -t trt-pipeline . && docker run --rm --gpus all -v \"$PWD/artifacts:/work/artifacts\" "
-    "trt-pipeline build --fp16 --int8 --strict"
-)
+IMAGE = "trt-pipeline"
+REPOSITORY = Path(__file__).resolve().parent.parent
 
 
 def tensorrt_missing() -> str | None:
@@ -20,3 +21,48 @@ def tensorrt_missing() -> str | None:
     if not cuda_device_present():
         return "no CUDA device on this machine (/dev/nvidiactl is missing)"
     return None
+
+
+def profile_argument(profile) -> str | Path:
+    """What to pass as --profile in the container: a built-in profile's name, any other profile's file."""
+    from pipeline.profiles import REPO_PROFILES
+
+    built_in = profile.source is None or Path(profile.source).resolve().parent == REPO_PROFILES.resolve()
+    return profile.name if built_in else Path(profile.source)
+
+
+def docker_command(arguments: list[str | Path], also_mount: list[Path] = ()) -> str:
+    """The shell command that runs `python -m pipeline ARGUMENTS` in our image on a machine with a GPU.
+
+    It is meant to be run from the current folder, which is mounted at the same path and is the
+    container's working directory: paths under it stay relative. Paths elsewhere are given absolute
+    and their folders (or themselves, for folders) are mounted at the same path, as are `also_mount`'s
+    (e.g. the ONNX file a profile names).
+    """
+    here = Path.cwd().resolve()
+    mounts: list[Path] = []
+    rendered = []
+    for argument in arguments:
+        if isinstance(argument, Path):
+            path = argument.resolve()
+            rendered.append(_inside(path, here) or str(path))
+            _mount(path, here, mounts)
+        else:
+            rendered.append(argument)
+    for path in also_mount:
+        _mount(path.resolve(), here, mounts)
+    volumes = " ".join(f"-v {shlex.quote(f'{m}:{m}')}" for m in mounts)
+    return (f"docker build -t {IMAGE} {shlex.quote(_inside(REPOSITORY, here) or str(REPOSITORY))} && "
+            f"docker run --rm --gpus all -v \"$PWD:$PWD\" -w \"$PWD\" {volumes + ' ' if volumes else ''}"
+            f"{IMAGE} {shlex.join(rendered)}")
+
+
+def _inside(path: Path, here: Path) -> str | None:
+    """`path` relative to `here` ("." for `here` itself), or None when it is elsewhere."""
+    return os.path.relpath(path, here) if path == here or here in path.parents else None
+
+
+def _mount(path: Path, here: Path, mounts: list[Path]) -> None:
+    folder = path if path.is_dir() else path.parent
+    if _inside(folder, here) is None and not any(folder == m or m in folder.parents for m in mounts):
+        mounts.append(folder)

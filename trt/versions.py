@@ -19,15 +19,13 @@ from pipeline.errors import InputError
 class TrtVersion:
     major: int
     weak_fp16: bool  # BuilderFlag.FP16 exists (weak typing)
-    strongly_typed_flag: bool  # NetworkDefinitionCreationFlag.STRONGLY_TYPED has an effect
     trtexec_strongly_typed: bool  # --stronglyTyped is needed (10.x) or a no-op (11.x)
     trtexec_separate_profile_run: bool  # --separateProfileRun is needed (10.x) or a no-op (11.x)
-    inspector_io_key: str  # top-level key of the inspector JSON's I/O tensors
 
 
 VERSIONS = {
-    10: TrtVersion(10, weak_fp16=True, strongly_typed_flag=True, trtexec_strongly_typed=True, trtexec_separate_profile_run=True, inspector_io_key="Bindings"),
-    11: TrtVersion(11, weak_fp16=False, strongly_typed_flag=False, trtexec_strongly_typed=False, trtexec_separate_profile_run=False, inspector_io_key="I/O Tensors"),
+    10: TrtVersion(10, weak_fp16=True, trtexec_strongly_typed=True, trtexec_separate_profile_run=True),
+    11: TrtVersion(11, weak_fp16=False, trtexec_strongly_typed=False, trtexec_separate_profile_run=False),
 }
 
 

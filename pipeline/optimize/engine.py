@@ -128,13 +128,15 @@ class Context:
         return value
 
     def replace(self, old_nodes: list[ir.Node], new_nodes: list[ir.Node], old_values: list[ir.Value], new_values: list[ir.Value]) -> None:
-        """Put `new_nodes` where the last of `old_nodes` was, rewire `old_values` to `new_values`, drop the old nodes."""
+        """Put `new_nodes` where the node producing the last old value was, rewire `old_values` to
+        `new_values`, drop the old nodes. O(size of the pattern): the graph is sorted once at the end
+        of `run_rules`, so no position in the whole graph is looked up here."""
         for old, new in zip(old_values, new_values, strict=True):
             if new.shape is None and old.shape is not None:
                 new.shape = old.shape
             if new.type is None and old.type is not None:
                 new.type = old.type
-        anchor = max(old_nodes, key=_index_in(self.graph))
+        anchor = old_values[-1].producer() if old_values and old_values[-1].producer() in old_nodes else old_nodes[-1]
         ir.convenience.replace_nodes_and_values(self.graph, anchor, old_nodes, new_nodes, old_values, new_values)
         self.added += len(new_nodes)
         self.removed += len(old_nodes)
@@ -158,11 +160,6 @@ class Context:
                 del self.graph.initializers[name]
         self.removed += removed
         return removed
-
-
-def _index_in(graph: ir.Graph):
-    order = {node: i for i, node in enumerate(graph)}
-    return lambda node: order.get(node, -1)
 
 
 def _values(graph: ir.Graph):

@@ -27,9 +27,9 @@ class LayerInfoParseError(InputError):
 
 def read_text(path: Path, what: str) -> str:
     """The file as text; a missing, empty, binary or non-UTF-8 file is a clear error."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; pass the {what} file TensorRT or trtexec wrote")
-    data = path.read_bytes()
+    from pipeline.fileio import require_file
+
+    data = require_file(path, f"{what} file", f"pass the {what} file TensorRT or trtexec wrote").read_bytes()
     if not data or data.isspace():
         raise LayerInfoParseError(str(path), "empty file", "byte 0", "the file is empty", f"TensorRT {what}")
     if b"\x00" in data[:65536]:

@@ -32,6 +32,8 @@ def _reaches_softmax(value: ir.Value, hops: int = 2) -> bool:
 
 
 class ScaleBeforeAttentionMatMul(Rule):
+    """Div(MatMul(Q, Kt), s) -> MatMul(Div(Q, s), Kt) in attention"""
+
     name, anchor, priority = "scale-before-attention-matmul", "*", PLACEMENT
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:

@@ -110,6 +110,8 @@ EVALUATORS = {
 
 
 class FoldConstants(Rule):
+    """op(constants) -> constant, computed with numpy exactly as ONNX defines the op"""
+
     name, anchor, priority = "fold-constants", "*", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -186,6 +188,8 @@ def _deferred(evaluate, node: ir.Node, tensors: list, dtype: ir.DataType):
 
 
 class FoldStaticShape(Rule):
+    """Shape(x) -> constant, when the dims of x are static"""
+
     name, anchor, priority = "fold-static-shape", "Shape", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -201,6 +205,8 @@ class FoldStaticShape(Rule):
 
 
 class FoldStaticShapeElement(Rule):
+    """Gather(Shape(x), i) -> constant, when those dims of x are static"""
+
     name, anchor, priority = "fold-static-shape-element", "Gather", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -220,6 +226,8 @@ class FoldStaticShapeElement(Rule):
 
 
 class ReshapeCopiesInputDims(Rule):
+    """Reshape(x, Concat(dims of x ..., c)) -> Reshape(x, [0, ..., c])"""
+
     name, anchor, priority = "reshape-copy-input-dims", "Reshape", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:

@@ -77,6 +77,8 @@ def _is_cube_of(value: ir.Value, x: ir.Value, ctx: Context, nodes: list[ir.Node]
 
 
 class FuseGelu(Rule):
+    """x * 0.5 * (1 + Erf(x / sqrt 2)), or the tanh form -> Gelu"""
+
     name, anchor, priority, min_opset = "fuse-gelu", "Mul", FUSION, 20
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:

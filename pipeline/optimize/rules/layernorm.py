@@ -21,6 +21,8 @@ from pipeline.optimize.engine import FUSION, Context, Rule
 
 
 class FuseLayerNorm(Rule):
+    """written-out LayerNorm (mean, variance, sqrt, gamma, beta) -> LayerNormalization"""
+
     name, anchor, priority, min_opset = "fuse-layernorm", "Div", FUSION, 17
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:

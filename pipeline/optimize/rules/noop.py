@@ -37,6 +37,8 @@ class _Bypass(Rule):
 
 
 class RemoveIdentity(_Bypass):
+    """Identity(x) -> x"""
+
     name, anchor, priority = "remove-identity", "Identity", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -45,6 +47,8 @@ class RemoveIdentity(_Bypass):
 
 
 class RemoveSameTypeCast(_Bypass):
+    """Cast(x, to=dtype(x)) -> x"""
+
     name, anchor, priority = "remove-same-type-cast", "Cast", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -57,6 +61,8 @@ class RemoveSameTypeCast(_Bypass):
 
 
 class RemoveSameShapeReshape(_Bypass):
+    """Reshape(x, shape) -> x, when the result has the static shape of x"""
+
     name, anchor, priority = "remove-same-shape-reshape", "Reshape", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -77,6 +83,8 @@ class RemoveSameShapeReshape(_Bypass):
 
 
 class CancelTransposePair(Rule):
+    """Transpose(Transpose(x, p), q) -> x when they cancel, else one Transpose"""
+
     name, anchor, priority = "cancel-transpose-pair", "Transpose", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -105,6 +113,8 @@ class CancelTransposePair(Rule):
 
 
 class RemoveDropout(_Bypass):
+    """Dropout(x) -> x (inference, mask output unused)"""
+
     name, anchor, priority = "remove-dropout", "Dropout", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
@@ -118,6 +128,8 @@ class RemoveDropout(_Bypass):
 
 
 class RemoveNoOpExpand(_Bypass):
+    """Expand(x, shape) -> x, when x has that shape or the consumers broadcast it anyway"""
+
     name, anchor, priority = "remove-noop-expand", "Expand", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:

@@ -1,0 +1,160 @@
+"""The model corpus: every Hugging Face architecture profile through `build --fp16 --int8`, with both exporters.
+
+For each corpus profile (profiles/hf-*-tiny.toml: random weights from a config, nothing
+downloaded) and each exporter, one whole `python -m pipeline build --fp16 --int8` process in a
+fresh folder, one after another (never two at once on a shared machine). Recorded per run from
+the manifest: the result (or the one-line error), export max_abs_diff and output names, nodes
+before/after optimize, the rewrites applied, fp16/int8 cosine_centered, Q/DQ pairs, lint
+findings (each with the justification below), seconds per stage and in total; and the load
+average before and after.
+
+Run: python bench/models.py            -> bench/results/models.json (about 5 minutes on 2 cores)
+     python bench/models.py --table    prints the README table from bench/results/models.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "models.json"
+CORPUS = ["hf-bert-tiny", "hf-distilbert-tiny", "hf-roberta-tiny", "hf-gpt2-tiny", "hf-llama-tiny", "hf-vit-tiny", "hf-resnet-tiny"]
+EXPORTERS = ["dynamo", "torchscript"]
+FUSIONS = ("fuse-layernorm", "fuse-gelu", "scale-before-attention-matmul", "split-to-sequence-as-split")
+
+# Why each lint finding the corpus shows is what it says (a finding without an entry here is marked unjustified).
+JUSTIFICATIONS = {
+    "residual-skip-not-quantized": (
+        "true by the rule: in these pre-LN blocks ModelOpt leaves the skip input of the residual Add (the residual stream: the "
+        "embedding output or the previous block's sum, which also feeds the next norm) without Q/DQ while the GEMM side is INT8; "
+        "presets only remove Q/DQ, never add them, so TensorRT cannot fuse that Add into the GEMM's INT8 epilogue"
+    ),
+}
+MODEL_NOTES = {
+    "hf-llama-tiny": (
+        "RMSNorm, rotary and the SiLU-gated MLP stay written out (Pow/ReduceMean/Sqrt/Reciprocal/Mul; Slice/Neg/Concat/Mul/Add "
+        "with Cos/Sin; Sigmoid/Mul): ONNX RMSNormalization and RotaryEmbedding are opset 23, the profiles export at opset <= 22, "
+        "and which TensorRT versions import them is unchecked here (no TensorRT on this machine), so they are not emitted"
+    ),
+}
+
+
+def corpus_profile(name: str, exporter: str, folder: Path) -> Path:
+    text = (REPO / "profiles" / f"{name}.toml").read_text()
+    target = folder / f"{name}.toml"
+    target.write_text(text.replace('exporter = "dynamo"', f'exporter = "{exporter}"'))
+    return target
+
+
+def run_one(name: str, exporter: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        profile = corpus_profile(name, exporter, folder)
+        started = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "pipeline", "build", "--profile", str(profile), "--fp16", "--int8", "--out", str(folder / "out")],
+                             cwd=REPO, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        manifest_path = folder / "out" / "manifest.json"
+        stages = {s["name"]: s for s in json.loads(manifest_path.read_text())["stages"]} if manifest_path.is_file() else {}
+        lint = json.loads((folder / "out" / "int8.lint.json").read_text()) if (folder / "out" / "int8.lint.json").is_file() else None
+        graph = graph_facts(folder / "out" / "model.opt.onnx") if (folder / "out" / "model.opt.onnx").is_file() else None
+    error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    record = {"model": name, "exporter": exporter, "passed": run.returncode == 0, "exit_code": run.returncode,
+              "error": error[0] if error else None, "seconds_total": round(seconds, 2),
+              "seconds": {k: round(s["seconds"], 2) for k, s in stages.items() if s["status"] == "done"}}
+    if "export" in stages and stages["export"]["status"] == "done":
+        m = stages["export"]["metrics"]
+        record["export"] = {"max_abs_diff": m["max_abs_diff"], "outputs": m["outputs"], "nodes": m["nodes"]}
+    if "optimize" in stages and stages["optimize"]["status"] == "done":
+        m = stages["optimize"]["metrics"]
+        record["optimize"] = {"nodes_before": m["nodes_before"], "nodes_after": m["nodes_after"], "max_abs_diff": m["max_abs_diff"],
+                              "applied": {r["rule"]: r["applied"] for r in m["rules"] if r["applied"]},
+                              "fusions": {r["rule"]: r["applied"] for r in m["rules"] if r["rule"] in FUSIONS and r["applied"]},
+                              "op_delta": m["op_delta"], **(graph or {})}
+    if "fp16" in stages and stages["fp16"]["status"] == "done":
+        m = stages["fp16"]["metrics"]
+        record["fp16"] = {"cosine_centered": m["accuracy"]["cosine_centered"], "max_abs_diff": m["accuracy"]["max_abs_diff"],
+                          "runs_at_shapes": m["runs_at_shapes"], "placeholder_dims_repaired": m["placeholder_dims_repaired"]}
+    if "int8" in stages and stages["int8"]["status"] == "done":
+        m = stages["int8"]["metrics"]
+        record["int8"] = {"cosine_centered": m["accuracy"]["cosine_centered"], "qdq_pairs": m["qdq_pairs"], "notes": m["notes"]}
+    if lint is not None:
+        record["lint"] = [{"rule": f["rule"], "message": f["message"], "justification": JUSTIFICATIONS.get(f["rule"], "unjustified")}
+                          for f in lint["findings"]]
+    if name in MODEL_NOTES:
+        record["note"] = MODEL_NOTES[name]
+    return record
+
+
+def graph_facts(path: Path) -> dict:
+    """What the optimized graph holds: op counts, and per attention (a MatMul reaching a Softmax
+    through mask and scale ops) whether a Div/Mul scale sits after the MatMul."""
+    from collections import Counter
+
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    attentions = after = 0
+    for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
+        node, scaled = producer.get(softmax.input[0]), False
+        while node is not None and node.op_type in ("Add", "Where", "Div", "Mul", "Sub"):
+            scaled |= node.op_type in ("Div", "Mul")
+            node = producer.get(node.input[0])
+        if node is not None and node.op_type == "MatMul":
+            attentions += 1
+            after += scaled
+    return {"ops_after": dict(sorted(Counter(n.op_type for n in model.graph.node).items())),
+            "attention_matmuls": attentions, "attention_scaled_after_matmul": after}
+
+
+def table(results: dict) -> str:
+    """The README's corpus table, rendered from the recorded results."""
+    rows = ["| model | exporter | result | export diff | nodes (optimize) | LN / Gelu / attention scale (rewrites) | fp16 cos_c | int8 cos_c | Q/DQ | lint | s (export/opt/fp16/int8) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["runs"]:
+        if not r["passed"]:
+            rows.append(f"| {r['model']} | {r['exporter']} | fails: {(r['error'] or '').removeprefix('error: ')[:160]} | | | | | | | | |")
+            continue
+        o = r["optimize"]
+        scale = "no attention" if not o["attention_matmuls"] else "after MatMul" if o["attention_scaled_after_matmul"] else "before MatMul"
+        rewrites = ", ".join(f"{k} {v}" for k, v in o["fusions"].items()) or "none"
+        fusions = f"{o['ops_after'].get('LayerNormalization', 0)} / {o['ops_after'].get('Gelu', 0)} / {scale} ({rewrites})"
+        lint = ", ".join(sorted({f["rule"] for f in r["lint"]})) if r["lint"] else "0"
+        lint = f"{len(r['lint'])} ({lint})" if r["lint"] else lint
+        secs = "/".join(f"{r['seconds'].get(k, 0):.1f}" for k in ("export", "optimize", "fp16", "int8"))
+        rows.append(f"| {r['model']} | {r['exporter']} | passes | {r['export']['max_abs_diff']:.1e} | {r['optimize']['nodes_before']} -> "
+                    f"{r['optimize']['nodes_after']} | {fusions} | {r['fp16']['cosine_centered']:.5f} | {r['int8']['cosine_centered']:.4f} | "
+                    f"{r['int8']['qdq_pairs']} | {lint} | {secs} |")
+    return "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--table"]:
+        sys.stdout.write(table(json.loads(RESULTS.read_text())))
+        return
+    from pipeline.fileio import write_json
+
+    load_before = os.getloadavg()
+    runs = []
+    for name in CORPUS:
+        for exporter in EXPORTERS:
+            print(f"{name} ({exporter}) ...", end=" ", flush=True)
+            runs.append(run_one(name, exporter))
+            print("passes" if runs[-1]["passed"] else runs[-1]["error"], f"({runs[-1]['seconds_total']} s)", flush=True)
+    results = {"machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(), "load_average_before": load_before,
+                           "load_average_after": os.getloadavg(), "note": "2-core machine shared with other engineers; stage seconds are indicative"},
+               "runs": runs}
+    write_json(RESULTS, results)
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""One build at a time per output folder: an exclusive lock on `<out>/.lock`.
+
+The lock is an advisory `flock` held for the whole run; the kernel releases it when the
+process ends, however it ends (kill -9 included), so a lock is never left behind. The file
+holds the holder's pid, start time and command line, for the message the next run prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from pipeline.errors import InputError
+from pipeline.fileio import check_parents, describe_os_error
+
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, wait: bool = False, on_wait: Callable[[str], None] = lambda holder: None) -> Iterator[None]:
+    """Hold the folder's lock for the block; if another run holds it, exit 2 naming it (or wait)."""
+    check_parents(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        raise InputError(describe_os_error(err, folder)) from err
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            if not wait:
+                raise InputError(f"{folder}: another build is writing here ({holder}); wait for it to finish, pass --wait, or use another --out") from None
+            on_wait(holder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": sys.argv}).encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        command = " ".join(str(part) for part in info.get("command", []))
+        return f"pid {info['pid']}, started {info['started']}: {command}"
+    except (ValueError, KeyError, TypeError, OSError):
+        return "holder unknown"

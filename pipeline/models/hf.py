@@ -1,0 +1,176 @@
+"""Hugging Face models from a profile, no factory to write:
+
+    [model]
+    hf = "bert-base-uncased"            # a model id, or a folder written by save_pretrained (relative to the profile)
+    hf_config = { model_type = "bert", hidden_size = 64, ... }   # or: a config, random weights, nothing downloaded
+    task = "sequence-classification"    # the head: base (default), sequence-classification, token-classification,
+                                        # masked-lm, causal-lm, image-classification
+
+The profile's inputs are passed to the model's forward by name (input_ids, attention_mask,
+token_type_ids, position_ids, pixel_values, ...), in the profile's order. Caches are off
+(`use_cache=False`): a deployed graph takes and returns tensors only. transformers is the
+optional extra `.[hf]`, imported here only, at call time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError, ProfileError
+from pipeline.fileio import sha256_file
+from pipeline.profiles import Profile
+
+AUTO_CLASSES = {
+    "base": "AutoModel",
+    "sequence-classification": "AutoModelForSequenceClassification",
+    "token-classification": "AutoModelForTokenClassification",
+    "masked-lm": "AutoModelForMaskedLM",
+    "causal-lm": "AutoModelForCausalLM",
+    "image-classification": "AutoModelForImageClassification",
+}
+TENSOR_ARGUMENTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values", "inputs_embeds", "pixel_mask")
+
+
+def build_hf_model(profile: Profile) -> Any:
+    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order.
+
+    The forward is replaced on the instance rather than wrapped in another module, so the
+    exported node names keep the model's own scopes (/encoder/layer.0/...)."""
+    transformers = _transformers(f"{profile.source}: model.hf/hf_config")
+    section, where = profile.model, f"{profile.source}: model"
+    task = section.task or "base"
+    auto = getattr(transformers, AUTO_CLASSES[task])
+    if section.hf_config is not None:
+        fields = dict(section.hf_config)
+        model_type = fields.pop("model_type")
+        try:
+            config = transformers.AutoConfig.for_model(model_type, **fields)
+        except (ValueError, TypeError) as err:
+            raise ProfileError(f"{where}.hf_config: {_first_line(err)}") from err
+        try:
+            model = auto.from_config(config)
+        except ValueError as err:
+            raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
+    else:
+        location = local_folder(profile)
+        try:
+            model, loading = auto.from_pretrained(str(location) if location else section.hf, output_loading_info=True)
+        except (OSError, ValueError) as err:
+            raise ProfileError(
+                f"{where}.hf: cannot load {section.hf!r} as {AUTO_CLASSES[task]}: {_first_line(err)}; "
+                "give a folder written by save_pretrained (relative to the profile) or a model id this machine can download"
+            ) from err
+        fresh = sorted({*loading["missing_keys"], *(str(k) for k in loading["mismatched_keys"])})
+        if fresh:  # transformers would initialize them at random: never deploy that silently
+            raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
+                               "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
+    names = [spec.name for spec in profile.inputs]
+    accepted = inspect.signature(model.forward).parameters
+    unknown = [n for n in names if n not in accepted]
+    if unknown:
+        offered = [a for a in TENSOR_ARGUMENTS if a in accepted]
+        raise ProfileError(f"{profile.source}: inputs: {type(model).__name__}.forward has no argument {unknown[0]!r}; "
+                           f"name the [[inputs]] after its arguments: {', '.join(offered)}")
+    extra = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in accepted}
+    keyword_forward = model.forward
+
+    def forward(*inputs):
+        return keyword_forward(**dict(zip(names, inputs, strict=True)), **extra)
+
+    model.forward = forward
+    return model.eval()
+
+
+def hf_fingerprint(profile: Profile) -> dict[str, Any]:
+    """What decides the exported model: the source (and a local folder's files), the head, transformers' version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    section = profile.model
+    folder = local_folder(profile) if section.hf is not None else None
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder else None
+    try:
+        transformers_version = version("transformers")
+    except PackageNotFoundError:
+        transformers_version = None
+    return {"hf": section.hf, "hf_config": section.hf_config, "task": section.task, "files": files, "transformers": transformers_version}
+
+
+def local_folder(profile: Profile):
+    """The `hf` folder when it names one (relative to the profile's folder), else None (a model id).
+    A value written as a path (starting with ".", "/" or "~") must be an existing folder."""
+    hf = profile.model.hf
+    candidate = profile.folder / Path(hf).expanduser()
+    if candidate.is_dir():
+        return candidate.resolve()
+    if hf.startswith((".", "/", "~")):
+        raise ProfileError(f"{profile.source}: model.hf: no folder {candidate}; give a folder written by save_pretrained (relative to the profile) or a model id")
+    return None
+
+
+def _transformers(needed_by: str, error: type[Exception] = ProfileError):
+    try:
+        import transformers
+    except ImportError as err:
+        raise error(f'{needed_by} needs transformers: pip install -e ".[hf]"') from err
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def _first_line(err: Exception) -> str:
+    """The error's first line, without transformers' list of every known model type."""
+    text = str(err).strip()
+    return text.splitlines()[0].split(". Should contain one of")[0] if text else type(err).__name__
+
+
+def starter_profile(source: str, task: str, name: str, profile_folder: Path) -> str:
+    """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
+    model_type (random weights). Inputs come from the config and the task's forward (ids, mask and
+    token types for text, pixel_values for images), dims from its limits; every choice is commented."""
+    transformers = _transformers(f"init --hf {source}", InputError)
+    folder = Path(source).expanduser()
+    try:
+        if folder.is_dir():
+            config = transformers.AutoConfig.from_pretrained(str(folder))
+            where = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
+            model_lines = [f'hf = "{where}"                 # written by save_pretrained, relative to this file']
+        else:
+            config = transformers.AutoConfig.for_model(source)
+            model_lines = ["", "[model.hf_config]                  # random weights from this config: set the sizes of your model",
+                           f'model_type = "{source}"']
+    except (OSError, ValueError) as err:
+        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    try:
+        model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
+    except KeyError as err:
+        raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
+    accepted = inspect.signature(model_class.forward).parameters
+    if "pixel_values" in accepted:
+        size = getattr(config, "image_size", 224)
+        size = size if isinstance(size, int) else size[0]
+        dims = {"batch": (1, 4, 16)}
+        inputs = [("pixel_values", "float32", f'["batch", {config.num_channels}, {size}, {size}]', "", "images, channels first")]
+    elif "input_ids" in accepted:
+        longest = min(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512, 512)
+        dims = {"batch": (1, 4, 16), "seq": (min(8, longest), min(128, longest), longest)}
+        inputs = [("input_ids", "int64", '["batch", "seq"]', f"range = [0, {config.vocab_size}]", "token ids inside the vocabulary")]
+        if "attention_mask" in accepted:
+            inputs.append(("attention_mask", "int64", '["batch", "seq"]', 'fill = "mask"', "1 for tokens, 0 for padding at the end"))
+        if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
+            inputs.append(("token_type_ids", "int64", '["batch", "seq"]', f"range = [0, {config.type_vocab_size}]", "segment ids"))
+    else:
+        raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
+    lines = [f"# Starter profile for {model_class.__name__} (python -m pipeline init --hf {source}).",
+             "# Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt).",
+             f'name = "{name}"', "", "[model]", f'task = "{task}"', "seed = 0"]
+    lines += model_lines
+    for dim, (low, opt, high) in dims.items():
+        lines += ["", f"[dims.{dim}]", f"min = {low}", f"opt = {opt}", f"max = {high}"]
+    for input_name, dtype, shape, fill, comment in inputs:
+        lines += ["", f"[[inputs]]                         # {comment}", f'name = "{input_name}"', f'dtype = "{dtype}"', f"shape = {shape}"]
+        lines += [fill] if fill else []
+    lines += ["", "[export]", 'exporter = "dynamo"', "opset = 20"]
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,36 @@
+"""The README's performance tables are the recorded benchmark results, never typed by hand."""
+
+import importlib.util
+import json
+
+import pytest
+from conftest import REPO
+
+
+def bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["build_overhead", "optimize_speed"])
+def test_readme_table_is_rendered_from_the_results_file(name):
+    module = bench_module(name)
+    text = (REPO / "README.md").read_text()
+    block = text[text.index(module.TABLE_START) + len(module.TABLE_START) : text.index(module.TABLE_END)]
+    assert block == "\n" + module.readme_table(json.loads(module.RESULTS.read_text()))
+
+
+@pytest.mark.parametrize("name", ["build_overhead", "optimize_speed"])
+def test_recorded_verdicts_follow_from_the_recorded_figures(name):
+    """meets_targets is what the figures say (a results file edited by hand would disagree)."""
+    module = bench_module(name)
+    result = json.loads(module.RESULTS.read_text())
+    assert result["targets"] == module.TARGETS
+    if name == "build_overhead":
+        time_ratios = [r["pipeline"]["seconds"] / r["direct_seconds"] for r in result["runs"]]
+        assert result["summary"]["time_ratio"]["max"] == round(max(time_ratios), 3)
+        assert result["meets_targets"]["time_ratio"] == (result["summary"]["time_ratio"]["median"] <= module.TARGETS["time_ratio"])
+    else:
+        assert result["meets_targets"]["ratio_48_over_12_layers"] == (result["ratio_48_over_12_layers"] <= module.TARGETS["ratio_48_over_12_layers"])

@@ -1,0 +1,69 @@
+"""Build a TensorRT engine through Polygraphy: the `polygraphy` builder (`[build] builder = "polygraphy"`).
+
+network_from_onnx_path(strongly_typed=True) + CreateConfig + engine_bytes_from_network, loaders
+NVIDIA keeps working across TensorRT versions. Two settings are ours to get right: CreateConfig
+turns TF32 off unless asked (tf32=True keeps TensorRT's default, as the python builder does), and
+it ignores what set_timing_cache returns, so the timing cache is applied again, checked, by
+`use_timing_cache` in a PostprocessConfig. Polygraphy's log, TensorRT's messages included, is the
+build log; engine, timing cache and layer information are saved as the python builder saves them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError
+from pipeline.fileio import write_text
+from trt.build import VERBOSITY, BuildPaths, BuildSettings, Shapes, save_engine, use_timing_cache
+from trt.polygraphy_log import polygraphy_log
+from trt.versions import check_weak_fp16, for_version
+
+
+def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, settings: BuildSettings) -> dict[str, Any]:
+    """Build `onnx` with Polygraphy's loaders; write engine, layer JSON, build log and timing cache (atomically)."""
+    import tensorrt as trt
+    from polygraphy.backend.trt import CreateConfig, PostprocessConfig, engine_bytes_from_network, get_trt_logger, network_from_onnx_path
+    from polygraphy.exception import PolygraphyException
+
+    if settings.weak_fp16:
+        check_weak_fp16(for_version(trt.__version__))  # CreateConfig(fp16=True) aborts on 11.x
+    lines: list[str] = []
+    cached = paths.timing_cache.read_bytes() if paths.timing_cache.is_file() else b""
+    applied: dict[str, Any] = {}
+
+    def timing_cache(builder, network, config) -> None:
+        applied["cache"] = use_timing_cache(trt, config, cached, paths.timing_cache, lines)
+        applied["config"] = config
+
+    try:
+        with polygraphy_log(lines, settings.log_severity):
+            config = CreateConfig(
+                tf32=True,
+                fp16=settings.weak_fp16,
+                profiles=[_profile(shapes)] if shapes else None,
+                profiling_verbosity=getattr(trt.ProfilingVerbosity, VERBOSITY[settings.verbosity]),
+                memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_mib << 20},
+                builder_optimization_level=settings.optimization_level,
+            )
+            network = network_from_onnx_path(str(onnx), strongly_typed=not settings.weak_fp16)
+            engine = engine_bytes_from_network(network, PostprocessConfig(config, timing_cache))
+            layers = save_engine(trt, get_trt_logger(), bytes(engine), bytes(applied["config"].get_timing_cache().serialize()), paths)
+    except PolygraphyException as err:
+        errors = [line for line in lines if line.startswith("[E]")][:3]
+        detail = "; ".join(" ".join(text.split()) for text in [str(err), *errors])
+        raise InputError(f"{onnx}: Polygraphy could not build an engine: {detail}; see {paths.build_log}") from err
+    finally:
+        write_text(paths.build_log, "\n".join(lines) + "\n")
+    return {"builder": "polygraphy", "tensorrt": trt.__version__, "engine_bytes": paths.engine.stat().st_size, "layers": layers,
+            "timing_cache": applied["cache"]}
+
+
+def _profile(shapes: Shapes):
+    """One optimization profile from the profile's min/opt/max shapes."""
+    from polygraphy.backend.trt import Profile
+
+    profile = Profile()
+    for name, (low, opt, high) in shapes.items():
+        profile.add(name, min=low, opt=opt, max=high)
+    return profile
