@@ -401,7 +401,7 @@ def _run_report(ctx: Context, status: Status) -> StageResult:
         for fmt in ("json", "html"):
             write_text(ctx.out / f"{prec}.report.{fmt}", render(data, fmt, "report"))
             outputs[f"{prec}_{fmt}"] = ctx.out / f"{prec}.report.{fmt}"
-        metrics[prec] = data["summary"] | {"findings": data["findings"]}
+        metrics[prec] = data["summary"] | {"verdict": data["verdict"], "findings": data["findings"]}
     return StageResult(outputs, metrics)
 
 
@@ -418,7 +418,7 @@ def _run_diff(ctx: Context, status: Status) -> StageResult:
                            ctx.input("build", "fp16_profile"), ctx.input("build", "int8_profile"))
     for fmt in ("json", "html"):
         write_text(ctx.out / f"diff.{fmt}", render(data, fmt, "diff"))
-    return StageResult({"json": ctx.out / "diff.json", "html": ctx.out / "diff.html"}, {"join": data["join"], "totals": data["totals"], "splits": len(data["splits"]), "findings": data["findings"]})
+    return StageResult({"json": ctx.out / "diff.json", "html": ctx.out / "diff.html"}, {"join": data["join"], "verdict": data["verdict"], "totals": data["totals"], "splits": len(data["splits"]), "merges": len(data["merges"]), "findings": data["findings"]})
 
 
 def _run_bench(ctx: Context, status: Status) -> StageResult:

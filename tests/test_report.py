@@ -1,53 +1,53 @@
-"""Fusion report on real TensorRT outputs (../shared/fixtures/trt) and the bert-tiny export."""
+"""Fusion report on real TensorRT outputs (tests/data/trt) and the bert-tiny export: verdict, regions,
+findings, the DESIGN.md keys, the CLI."""
 
 import json
-from collections import Counter
+import re
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, TRT_DATA, run_cli
+from trt_facts import ONNX_ENTRY, kernel_graph, oneline_records
 
-from trt.parsers import parse_timing
 from trt.report import report_from_files
 
 DESIGN_LAYER_KEYS = {"name", "type", "myelin", "myelin_graph", "onnx_nodes", "precision", "time_ms"}
 DESIGN_SUMMARY_KEYS = {"layers", "myelin_layers", "myelin_graphs", "metadata_onnx_nodes", "resolved_onnx_nodes", "unresolved_onnx_nodes", "timed_layers", "total_time_ms"}
+LAYER_FILES = sorted(p.name for p in TRT_DATA.iterdir() if p.suffix in (".json", ".log") and not p.name.endswith(".profile.json"))
 
 
-def test_bert_detailed_log_counts(trt_fixtures):
-    report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.detailed.log")
-    s = report["summary"]
-    assert (s["layers"], s["myelin_layers"], s["myelin_graphs"], s["metadata_onnx_nodes"]) == (89, 88, 1, 334)
-    assert s["resolved_onnx_nodes"] is None
-    assert report["breakdown"]["myelin_kernels_per_graph"] == {"0": 88}
+@pytest.mark.parametrize("name", LAYER_FILES)
+def test_every_real_file_reports_with_the_design_keys(trt_fixtures, name):
+    report = report_from_files(trt_fixtures / name)
     assert {"source", "layers", "summary"} <= report.keys()
-    assert DESIGN_SUMMARY_KEYS <= s.keys() and all(DESIGN_LAYER_KEYS <= layer.keys() for layer in report["layers"])
-    attention = next(layer for layer in report["layers"] if layer["name"] == "_gemm_mha_v2_myl0_3")
-    assert set(attention["onnx_nodes"]) == {
-        "/encoder/layers.0/mha/attn/MatMul", "/encoder/layers.0/mha/attn/mha_prob/Softmax", "/encoder/layers.0/mha/attn/mha_prob/Add",
-        "/encoder/layers.0/mha/attn/mha_prob/Div", "/encoder/layers.0/mha/attn/mha_prob/MatMul",
-    }
+    assert DESIGN_SUMMARY_KEYS <= report["summary"].keys() and all(DESIGN_LAYER_KEYS <= layer.keys() for layer in report["layers"])
+    assert report["verdict"].split(": ", 1)[0] in ("FP32 engine", "FP16 engine", "INT8 engine")
+    layer_regions = sorted(i for region in report["regions"] for i in region["layers"])
+    assert layer_regions == list(range(len(report["layers"]))), "every layer is in exactly one region"
 
 
-def test_bert_detailed_log_resolves_in_torchscript_export_and_rolls_up_modules(trt_fixtures, bert_tiny_torchscript):
+def test_bert_fp16_runs_as_one_myelin_region(trt_fixtures):
+    path = trt_fixtures / "bert-fp16-trt10.10.detailed.log"
+    records = oneline_records(path)
+    kernels = sum(kernel_graph(r["name"]) is not None for r in records)
+    report = report_from_files(path)
+    s = report["summary"]
+    assert (s["layers"], s["myelin_layers"], s["myelin_graphs"]) == (len(records), kernels, 1)
+    assert s["metadata_onnx_nodes"] == len({n for r in records for n in ONNX_ENTRY.findall(r["metadata"] or "")})
+    copies = len(records) - kernels
+    assert report["verdict"] == f"FP16 engine: the whole network runs as 1 Myelin region of {kernels} kernels (plus {copies} reformat/copy layer)"
+    assert not any("Q/DQ" in f for f in report["findings"]), "an FP16 engine gets no Q/DQ advice"
+
+
+def test_bert_resolves_in_the_torchscript_export_and_rolls_up_modules(trt_fixtures, bert_tiny_torchscript):
     report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.detailed.log", onnx=bert_tiny_torchscript)
     s = report["summary"]
     assert s["resolved_onnx_nodes"] / s["metadata_onnx_nodes"] >= 0.95
     modules = {m["module"]: m for m in report["modules"]}
     encoder_layers = [f"encoder/layers.{i}" for i in range(12)]
-    assert all(name in modules for name in encoder_layers)
     # every encoder layer runs as Myelin kernels of graph 0: QKV gemm, attention, out-proj, LN, FFN fusion, FFN out, LN
     assert [modules[name]["myelin_kernels"] for name in encoder_layers] == [7] * 12
     assert report["coverage"]["not_in_layers"]["compute"]["count"] == 0
-
-
-def test_bert_names_only_log_says_how_to_get_the_mapping(trt_fixtures):
-    report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log")
-    s = report["summary"]
-    assert (s["layers"], s["myelin_layers"], s["myelin_graphs"]) == (2, 1, 1)
-    foreign = report["layers"][0]
-    assert foreign["name"].startswith("{ForeignNode[") and foreign["type"] == "Myelin"
-    finding = report["findings"][0]
-    assert "LAYER_NAMES_ONLY" in finding and "--verbosity detailed" in finding and "--profilingVerbosity=detailed" in finding
+    assert report["fusion_map"]["order"] == "onnx"
 
 
 def test_names_only_range_resolves_over_the_onnx_order(trt_fixtures, bert_tiny_torchscript):
@@ -56,113 +56,95 @@ def test_names_only_range_resolves_over_the_onnx_order(trt_fixtures, bert_tiny_t
     assert foreign["mapping"] == "range"
     assert "/match_model/Squeeze" in foreign["onnx_nodes"] and "/encoder/layers.5/mha/attn/MatMul" in foreign["onnx_nodes"]
     assert any("/encoder/Unsqueeze_3" in f and "boundary" in f for f in report["findings"])
+    finding = next(f for f in report["findings"] if "LAYER_NAMES_ONLY" in f)
+    assert "--verbosity detailed" in finding and "--profilingVerbosity=detailed" in finding
 
 
-def test_trt10_json_with_myelin_kernels(trt_fixtures):
-    path = trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json"
-    raw = json.loads(path.read_text())["Layers"]
-    report = report_from_files(path)
+def test_two_profiles_count_one_graph_per_profile(trt_fixtures):
+    report = report_from_files(trt_fixtures / "trt10.16_engineinspector_oneline_fp16_2profiles.log")
     s = report["summary"]
-    assert "TensorRT 10.x" in report["source"]["format"]
-    assert s["layers"] == len(raw) == 9
-    assert s["myelin_layers"] == sum("_myl" in layer["Name"] for layer in raw) == 5
-    assert s["myelin_graphs"] == 1 and report["breakdown"]["myelin_kernels_per_graph"] == {"4": 5}
-    assert report["breakdown"]["layer_types"] == dict(Counter(layer["LayerType"] for layer in raw).most_common())
-    softmax = [layer for layer in report["layers"] if "node_softmax" in layer["onnx_nodes"]]
-    assert [layer["name"] for layer in softmax] == ["__myl_AddMaxrSubExpSum_myl4_2", "__myl_DivMulMaxr_myl4_3"]
+    assert (s["profiles"], s["myelin_graphs"], s["myelin_graphs_per_profile"]) == (2, 1, [1, 1])
+    assert report["verdict"].endswith("in each of its 2 optimization profiles")
 
 
-def test_trt8_names_only_yolo_with_profile(trt_fixtures):
+def test_int8_engine_gets_q_dq_advice_and_fp16_does_not(trt_fixtures):
+    int8 = report_from_files(trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json")
+    raw = json.loads((trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json").read_text())["Layers"]
+    assert int8["summary"]["precision"] == "INT8"
+    assert any("lint-qdq" in f for f in int8["findings"])
+    standalone = [r for r in int8["regions"] if r["qdq"]]
+    assert standalone and all(raw[r["layers"][0]].endswith("QuantizeLinear") or "QuantizeLinear_clone" in raw[r["layers"][0]] for r in standalone)
+    for name in ("trt10.16_detailed_mnist_myelin.layers.json", "trex_tf_resnet50_RTX3090_fp16.graph.json", "trt82_swin_tiny_fp16_T4_builder_layers.log"):
+        report = report_from_files(trt_fixtures / name)
+        assert report["summary"]["precision"] in ("FP16", "FP32")
+        assert not any("Q/DQ" in f or "lint-qdq" in f for f in report["findings"] + [report["verdict"]]), name
+
+
+def test_timing_and_profile_wording(trt_fixtures):
     layers = trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json"
     profile = trt_fixtures / "trt852_namesonly_yolo_qdq_int8.profile.json"
     report = report_from_files(layers, timing=profile)
-    s = report["summary"]
     records = [r for r in json.loads(profile.read_text()) if "name" in r]
-    assert s["layers"] == len(json.loads(layers.read_text())["Layers"]) == 86
-    assert (s["myelin_layers"], s["myelin_graphs"]) == (2, 2)
-    assert s["timed_layers"] == 86 and s["total_time_ms"] == pytest.approx(sum(r["averageMs"] for r in records))
-    conv = next(layer for layer in report["layers"] if layer["name"].startswith("backbone.conv1.weight + "))
-    assert conv["onnx_nodes"] == ["/backbone/conv1/_weight_quantizer/QuantizeLinear", "/backbone/conv1/Conv"]
-    assert conv["mapping"] == "name"
-
-
-def test_trt8_detailed_resnet_qdq_reformats(trt_fixtures):
-    path = trt_fixtures / "trex_resnet18_A100_qat_int8.graph.json"
-    raw = json.loads(path.read_text())["Layers"]
-    report = report_from_files(path)
-    assert "TensorRT 8.x" in report["source"]["format"]
-    assert report["breakdown"]["qdq_layers"] == [layer["Name"] for layer in raw if layer.get("Origin") == "QDQ"]
-    assert report["breakdown"]["precisions"]["INT8"] >= 20
-    assert any("approximated from layer names" in f for f in report["findings"])
-
-
-def test_trt11_schema_from_the_migration_page_example():
-    report = report_from_files(REPO / "tests" / "data" / "trt11_from_migration_doc_example.layers.json")
-    assert "TensorRT 11.x" in report["source"]["format"]
-    assert report["source"]["io_tensors"] == ["input_0", "output_0"]
-    assert [layer["precision"] for layer in report["layers"]] == ["FP32", "FP32"]
-    assert report["layers"][1]["onnx_nodes"] == ["/pool/GlobalAveragePool", "/flatten/Flatten", "/fc/Gemm"]
-
-
-def test_profile_names_are_read_verbatim_when_not_valid_json(tmp_path, trt_fixtures):
-    """trtexec writes names without escaping: a quote or backslash in a name makes the file invalid JSON."""
-    text = (trt_fixtures / "trt852_namesonly_yolo_qdq_int8.profile.json").read_text()
-    broken = text.replace('"/neck/Resize"', '"/neck/Resize "quoted" \\ back"', 1)
-    assert broken != text
-    path = tmp_path / "profile.json"
-    path.write_text(broken)
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(broken)
-    names = [r.name for r in parse_timing(path)]
-    assert '/neck/Resize "quoted" \\ back' in names and len(names) == 86
-
-
-def test_profile_suffix_names_are_merged(tmp_path, trt_fixtures):
-    """Layers of a second optimization profile carry ` [profile 1]`; their times merge by that name."""
-    data = json.loads((trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
-    data["Layers"] += [{**layer, "Name": layer["Name"] + " [profile 1]"} for layer in data["Layers"]]
-    layers = tmp_path / "two_profiles.layers.json"
-    layers.write_text(json.dumps(data))
-    timing = tmp_path / "p.json"
-    timing.write_text(json.dumps([{"count": 3}, {"name": "node_max_pool2d [profile 1]", "timeMs": 3.0, "averageMs": 1.0, "medianMs": 1.0, "percentage": 50.0}]))
-    report = report_from_files(layers, timing=timing)
-    timed = [layer for layer in report["layers"] if layer["time_ms"] is not None]
-    assert [(layer["name"], layer["profile"], layer["time_ms"]) for layer in timed] == [("node_max_pool2d [profile 1]", 1, 1.0)]
+    assert report["summary"]["timed_layers"] == len(records)
+    assert report["summary"]["total_time_ms"] == pytest.approx(sum(r["averageMs"] for r in records))
+    wrong_way = run_cli("report", str(profile))
+    assert wrong_way.returncode == 2
+    assert "pass this file with --timing" in wrong_way.stderr and "expected it passed" not in wrong_way.stderr
 
 
 def test_report_cli_formats(tmp_path, trt_fixtures):
     log = str(trt_fixtures / "bert-fp16-trt10.10.detailed.log")
     text = run_cli("report", log)
-    assert text.returncode == 0 and "Engine summary" in text.stdout and "_gemm_mha_v2_myl0_3" in text.stdout
-    as_json = json.loads(run_cli("report", log, "--format", "json").stdout)
-    assert as_json["summary"]["layers"] == 89
+    assert text.returncode == 0 and text.stdout.startswith("FP16 engine: the whole network runs as 1 Myelin region")
+    assert "_gemm_mha_v2_myl0_3" in text.stdout
+    compact = run_cli("report", log, "--format", "json")
+    assert "\n" not in compact.stdout.rstrip("\n") and json.loads(compact.stdout)["summary"]["layers"] == 89
+    pretty = run_cli("report", log, "--format", "json", "--pretty")
+    assert json.loads(pretty.stdout) == json.loads(compact.stdout) and pretty.stdout.count("\n") > 100
     md = run_cli("report", log, "-f", "md", "-o", str(tmp_path / "r.md"))
-    assert md.returncode == 0 and "| encoder |" in (tmp_path / "r.md").read_text().replace("\\", "")
-    html = run_cli("report", log, "-f", "html", "-o", str(tmp_path / "r.html"))
-    page = (tmp_path / "r.html").read_text()
-    assert html.returncode == 0 and page.startswith("<!doctype html>") and "_gemm_mha_v2_myl0_3" in page
-    assert "src=" not in page and "href=" not in page, "the HTML must be self-contained"
+    page = (tmp_path / "r.md").read_text()
+    assert md.returncode == 0 and "| encoder |" in page.replace("\\", "") and "whole network runs as 1 Myelin region" in page
 
 
-def test_html_escapes_model_supplied_names(tmp_path):
-    """Layer and node names come from untrusted models."""
-    evil = '<script>alert("x")</script>'
-    data = {"Layers": [{"Name": evil, "LayerType": "kgen", "Inputs": [], "Outputs": [], "Metadata": f"[ONNX Layer: {evil}]"}]}
-    path = tmp_path / "evil.layers.json"
+def test_text_shows_the_first_rows_and_all_with_the_flag(tmp_path, trt_fixtures):
+    """Long tables print MAX_ROWS rows and a count; --all prints every one."""
+    from trt.render.text import MAX_ROWS
+
+    data = json.loads((trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
+    copies = MAX_ROWS // len(data["Layers"]) + 2
+    data["Layers"] = [{**layer, "Name": f"{layer['Name']} (copy {k})" if "_myl" not in layer["Name"] else layer["Name"].replace("_myl4_", f"_myl{4 + k}_")}
+                      for k in range(copies) for layer in data["Layers"]]
+    path = tmp_path / "many.layers.json"
     path.write_text(json.dumps(data))
-    for fmt, escaped in (("html", "&lt;script&gt;"), ("md", "\\<script\\>")):
-        result = run_cli("report", str(path), "-f", fmt)
-        assert result.returncode == 0 and escaped in result.stdout and "<script>alert" not in result.stdout
+    total = len(data["Layers"])
+    short = run_cli("report", str(path)).stdout
+    assert f"... {total - MAX_ROWS} more layers (the first {MAX_ROWS} of {total} shown; --all lists every one)" in short
+    full = run_cli("report", str(path), "--all").stdout
+    assert "more layers" not in full and f"(copy {copies - 1})" in full
 
 
-def test_report_imports_neither_torch_nor_onnxruntime_nor_tensorrt(trt_fixtures):
+def test_report_imports_neither_torch_nor_onnx_nor_tensorrt(trt_fixtures):
     import subprocess
     import sys
 
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pipeline", "report", str(trt_fixtures / "bert-fp16-trt10.10.detailed.log"), "-f", "json"],
+        [sys.executable, "-X", "importtime", "-m", "pipeline", "report", str(trt_fixtures / "bert-fp16-trt10.10.detailed.log"), "-f", "html"],
         cwd=REPO, capture_output=True, text=True,
     )
     assert result.returncode == 0
     imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in result.stderr.splitlines() if line.startswith("import time:")}
-    assert "trt" in imported and not imported & {"torch", "onnxruntime", "tensorrt", "onnx", "modelopt"}
+    assert "trt" in imported and not imported & {"torch", "onnxruntime", "tensorrt", "onnx", "onnx_ir", "modelopt"}
+
+
+def test_layer_names_with_terminal_escapes_are_neutralized(tmp_path, trt_fixtures):
+    """Names come from untrusted models: ESC/OSC/control characters never reach the terminal raw."""
+    data = json.loads((trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
+    evil = "node_\x1b]0;owned\x07\x1b[31mred\x1b[0m\r\u202eevil"
+    data["Layers"][0]["Name"] = evil
+    data["Layers"][0]["Metadata"] = f"[ONNX Layer: {evil}]"
+    path = tmp_path / "evil.layers.json"
+    path.write_text(json.dumps(data))
+    for fmt in ("text", "md"):
+        out = run_cli("report", str(path), "-f", fmt, "--all").stdout
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", out), fmt
+        assert "\\x1b" in out.replace("\\\\", "\\") and "\\u202e" in out.replace("\\\\", "\\"), fmt

@@ -1,8 +1,9 @@
-"""The fusion report: which ONNX nodes run in which engine layer (Myelin kernels in particular),
-rolled up to the torch modules they came from, with findings a user can act on.
+"""The fusion report: which ONNX nodes run in which engine layer and region (Myelin graphs in
+particular), rolled up to the torch modules they came from, with a one-sentence verdict and findings
+a user can act on.
 
-`build_report(plan, graph)` returns a plain dict whose keys are fixed by DESIGN.md
-(`source`, `layers`, `summary`), plus `breakdown`, `coverage`, `modules` and `findings`.
+`build_report(plan, graph)` returns a plain dict whose keys `source`, `layers` and `summary` are fixed
+by DESIGN.md; it adds `verdict`, `regions`, `breakdown`, `coverage`, `modules` and `findings`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from trt.fusion_map import report_map
 from trt.onnx_graph import DATA_MOVEMENT_OPS, QDQ_OPS, OnnxGraph, scope_of_name
-from trt.plan import MAPPING_RANGE, EnginePlan, Layer
+from trt.plan import MAPPING_RANGE, EnginePlan, Layer, Region, paused_gc
 
 ROOT = "(root)"
 UNMAPPED = "(no ONNX node)"
@@ -23,15 +25,20 @@ def build_report(plan: EnginePlan, graph: OnnxGraph | None = None, depth: int = 
     referenced = list(dict.fromkeys(n for layer in plan.layers for n in layer.onnx_nodes))
     timed = [layer for layer in plan.layers if layer.time_ms is not None]
     resolved = [n for n in referenced if n in graph.by_name] if graph else None
+    per_profile = myelin_graphs_per_profile(plan)
     summary = {
         "layers": len(plan.layers),
         "myelin_layers": sum(layer.myelin for layer in plan.layers),
-        "myelin_graphs": len({layer.myelin_graph for layer in plan.layers if layer.myelin}),
+        "myelin_graphs": per_profile[0],
         "metadata_onnx_nodes": len(referenced),
         "resolved_onnx_nodes": len(resolved) if resolved is not None else None,
         "unresolved_onnx_nodes": [n for n in referenced if n not in graph.by_name] if graph else [],
         "timed_layers": len(timed),
         "total_time_ms": round(sum(layer.time_ms for layer in timed), 6) if timed else None,
+        "profiles": plan.profiles,
+        "myelin_graphs_per_profile": per_profile,
+        "regions": len(plan.regions),
+        "precision": engine_precision(plan),
     }
     return {
         "source": {
@@ -40,14 +47,19 @@ def build_report(plan: EnginePlan, graph: OnnxGraph | None = None, depth: int = 
             "verbosity": plan.verbosity,
             "onnx": graph.path if graph else None,
             "io_tensors": plan.io_tensors,
+            "build": plan.build,
+            "builds": [vars(b) for b in plan.builds],
         },
+        "verdict": verdict(plan),
         "layers": [_layer_json(layer) for layer in plan.layers],
+        "regions": [region_json(region) for region in plan.regions],
         "summary": summary,
         "breakdown": _breakdown(plan),
         "coverage": _coverage(graph, set(referenced)) if graph else None,
         "modules": rollup(plan, graph, depth),
         "module_depth": depth,
         "findings": _findings(plan, summary, graph, unmatched_timing or []),
+        "fusion_map": report_map(plan, graph),
     }
 
 
@@ -64,23 +76,119 @@ def _layer_json(layer: Layer) -> dict[str, Any]:
         "origin": layer.origin,
         "tactic": layer.tactic,
         "profile": layer.profile,
+        "region": layer.region,
     }
 
 
+def region_json(region: Region) -> dict[str, Any]:
+    return {
+        "index": region.index,
+        "kind": region.kind,
+        "name": region.name,
+        "type": region.type,
+        "profile": region.profile,
+        "myelin_graph": region.myelin_graph,
+        "compute": region.compute,
+        "qdq": region.qdq,
+        "layers": region.indices,
+        "onnx_node_count": len(region.onnx_nodes),
+        "precision": region.precision,
+        "time_ms": region.time_ms,
+    }
+
+
+# ---------------------------------------------------------------- model-level facts
+
+
+def myelin_graphs_per_profile(plan: EnginePlan) -> list[int]:
+    """Myelin graphs in each optimization profile (profiles are copies of one network)."""
+    counts = Counter(region.profile for region in plan.regions if region.kind == "myelin")
+    return [counts.get(p, 0) for p in range(plan.profiles)]
+
+
+def engine_precision(plan: EnginePlan) -> str:
+    """INT8 when any layer runs INT8 or quantizes; else the lowest float precision seen; "unknown" without types."""
+    if any(layer.precision == "INT8" or layer.qdq for layer in plan.layers):
+        return "INT8"
+    found = {layer.precision for layer in plan.layers}
+    for precision in ("FP4", "FP8", "FP16", "BF16", "FP32"):
+        if precision in found:
+            return precision
+    return "unknown"
+
+
+def verdict(plan: EnginePlan) -> str:
+    """One sentence: how the network runs (profile 0 when there are several; they are copies)."""
+    regions = [r for r in plan.regions if r.profile == 0]
+    compute = [r for r in regions if r.compute]
+    myelin = [r for r in compute if r.kind == "myelin"]
+    others = [r for r in compute if r.kind != "myelin"]
+    qdq = [r for r in others if r.qdq]
+    copies = sum(1 for r in regions if not r.compute)
+    precision = engine_precision(plan)
+    head = f"{precision} engine: " if precision != "unknown" else ""
+    if myelin and not others:
+        if len(myelin) == 1:
+            text = f"the whole network runs as 1 Myelin region{_kernels(myelin[0])}"
+        else:
+            text = f"the network runs as {len(myelin)} Myelin regions ({_kernel_list(myelin)}) and no other compute layer"
+    elif myelin:
+        text = f"the network runs as {len(myelin)} Myelin region{_s(myelin)} ({_kernel_list(myelin)}) and {len(others)} other layer{_s(others)}"
+    elif others:
+        text = f"the network runs as {len(others)} layer{_s(others)}, none of them in Myelin"
+    else:
+        text = "the engine has no compute layer"
+    if qdq:
+        text += f", {len(qdq)} of them standalone Q/DQ layer{_s(qdq)}"
+    if copies:
+        text += f" (plus {copies} reformat/copy layer{'s' if copies != 1 else ''})"
+    if plan.profiles > 1:
+        text += f", in each of its {plan.profiles} optimization profiles"
+    return head + text
+
+
+def _kernels(region: Region) -> str:
+    if region.layers[0].type == "Myelin":
+        return " (TensorRT 8.x lists it as one layer, not its kernels)"
+    return f" of {len(region.layers)} kernel{_s(region.layers)}"
+
+
+def _kernel_list(regions: list[Region]) -> str:
+    if all(r.layers[0].type == "Myelin" for r in regions):
+        return "TensorRT 8.x ForeignNode layers"
+    sizes = [str(len(r.layers)) for r in regions]
+    shown = ", ".join(sizes[:6]) + (", ..." if len(sizes) > 6 else "")
+    return f"{shown} kernels"
+
+
+def _s(items) -> str:
+    return "" if len(items) == 1 else "s"
+
+
+# ---------------------------------------------------------------- ONNX graph
+
+
 def _resolve_ranges(plan: EnginePlan, graph: OnnxGraph) -> None:
-    """`{ForeignNode[first...last]}` -> the ONNX nodes between them in topological order (approximate)."""
+    """`{ForeignNode[first...last]}` -> the ONNX nodes between them in topological order (approximate),
+    without the nodes other layers name explicitly."""
+    named_elsewhere = {n for layer in plan.layers if layer.mapping != MAPPING_RANGE for n in layer.onnx_nodes}
+    changed = False
     for layer in plan.layers:
-        if layer.mapping != MAPPING_RANGE or not layer.foreign_range or layer.onnx_nodes:
+        if layer.mapping != MAPPING_RANGE or not layer.foreign_range:
             continue
         first, last = (_position(graph, name) for name in layer.foreign_range)
         if first is None and last is None:
-            plan.notes.append(f"neither end of {layer.name!r} is in {graph.path}: its ONNX nodes are unknown")
+            plan.notes.append(f"neither end of {layer.name!r} is in {graph.path}: its ONNX nodes are only the ones its name shows")
             continue
         for end, found in zip(layer.foreign_range, (first, last)):
             if found is None:
                 plan.notes.append(f"{end!r} (an end of {layer.name!r}) is not in {graph.path}: the range runs to the graph's boundary instead")
         start, stop = sorted((0 if first is None else first, len(graph.nodes) - 1 if last is None else last))
-        layer.onnx_nodes = [n.name for n in graph.nodes[start : stop + 1] if n.op_type != "Constant"]
+        spanned = [n.name for n in graph.nodes[start : stop + 1] if n.op_type != "Constant" and n.name not in named_elsewhere]
+        layer.onnx_nodes = list(dict.fromkeys(layer.onnx_nodes + spanned))
+        changed = True
+    if changed:
+        plan.settle()
 
 
 def _position(graph: OnnxGraph, name: str) -> int | None:
@@ -96,19 +204,8 @@ def _breakdown(plan: EnginePlan) -> dict[str, Any]:
         "layer_types": dict(Counter(layer.type for layer in plan.layers).most_common()),
         "precisions": dict(Counter(layer.precision or "unknown" for layer in plan.layers).most_common()),
         "myelin_kernels_per_graph": {str(g): n for g, n in sorted(kernels.items())},
-        "qdq_layers": [layer.name for layer in plan.layers if _is_qdq_layer(layer)],
+        "qdq_layers": [layer.name for layer in plan.layers if layer.qdq],
     }
-
-
-def _is_qdq_layer(layer: Layer) -> bool:
-    """A layer that only quantizes or dequantizes (TensorRT 8.x `Origin: QDQ`, or Q/DQ-only Metadata)."""
-    if layer.origin == "QDQ":
-        return True
-    return bool(layer.onnx_nodes) and all(_looks_qdq(n) for n in layer.onnx_nodes)
-
-
-def _looks_qdq(name: str) -> bool:
-    return "QuantizeLinear" in name or "DequantizeLinear" in name
 
 
 def _coverage(graph: OnnxGraph, referenced: set[str]) -> dict[str, Any]:
@@ -145,9 +242,23 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[s
     A layer counts in every module it has nodes of; its time is shared among them by node count.
     """
     rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"onnx_nodes": 0, "layers": 0, "myelin_kernels": 0, "time_ms": None, "precisions": Counter()})
+    modules_of: dict[str, str] = {}
+
+    def module_for(name: str) -> str:
+        found = modules_of.get(name)
+        if found is None:
+            found = modules_of[name] = module_of(name, graph, depth)
+        return found
+
     for layer in plan.layers:
-        modules = Counter(module_of(n, graph, depth) for n in layer.onnx_nodes) or Counter({UNMAPPED: 1})
-        total = sum(modules.values())
+        nodes = layer.onnx_nodes
+        modules: dict[str, int] = {}
+        for name in nodes:
+            module = modules_of.get(name) or module_for(name)
+            modules[module] = modules.get(module, 0) + 1
+        if not nodes:
+            modules[UNMAPPED] = 1
+        total = len(nodes) or 1
         for module, count in modules.items():
             row = rows[module]
             row["layers"] += 1
@@ -158,7 +269,7 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[s
     folded = graph.constant_like() if graph else set()
     names = [n.name for n in graph.nodes if n.name not in folded] if graph else {n for layer in plan.layers for n in layer.onnx_nodes}
     for name in names:
-        rows[module_of(name, graph, depth)]["onnx_nodes"] += 1
+        rows[module_for(name)]["onnx_nodes"] += 1
     return [
         {"module": module, **{k: v for k, v in row.items() if k != "precisions"}, "precisions": dict(row["precisions"]),
          "time_ms": round(row["time_ms"], 6) if row["time_ms"] is not None else None}
@@ -168,19 +279,32 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[s
 
 def _findings(plan: EnginePlan, summary: dict[str, Any], graph: OnnxGraph | None, unmatched_timing: list[str]) -> list[str]:
     findings = list(plan.notes)
-    graphs = summary["myelin_graphs"]
-    outside = [layer for layer in plan.layers if not layer.myelin and layer.type not in ("Reformat", "NoOp")]
-    if graphs > 1:
-        findings.append(
-            f"the network runs as {graphs} Myelin graphs with {len(outside)} non-Myelin layers between/around them: "
-            "each boundary is a separate launch and a memory round-trip; `python -m pipeline diff` against the FP16 "
-            "engine lists the Q/DQ nodes at each cut"
+    regions = [r for r in plan.regions if r.profile == 0 and r.compute]
+    myelin = [r for r in regions if r.kind == "myelin"]
+    outside = [r for r in regions if r.kind != "myelin"]
+    int8 = summary["precision"] == "INT8"
+    if len(myelin) > 1 or (myelin and outside):
+        types = ", ".join(f"{t} {n}" for t, n in Counter(r.type for r in outside if r.type != "unknown").most_common(4))
+        advice = (
+            "`python -m pipeline diff` against the FP16 engine lists the Q/DQ nodes at each cut, and `python -m pipeline lint-qdq` "
+            "names the placements TensorRT's rules reject"
+            if int8 else
+            "these layers hold ONNX ops Myelin did not take (their types and nodes are in the layer table)"
         )
-    qdq = [layer for layer in plan.layers if _is_qdq_layer(layer)]
+        findings.append(
+            f"{len(myelin)} Myelin region{_s(myelin)} and {len(outside)} other compute layer{_s(outside)}" + (f" ({types})" if types else "")
+            + f": each boundary is a separate launch and a memory round trip; {advice}"
+        )
+    if plan.profiles > 1:
+        findings.append(
+            f"the engine has {plan.profiles} optimization profiles, each with its own copy of the layers "
+            f"(Myelin graphs per profile: {', '.join(map(str, summary['myelin_graphs_per_profile']))}); the verdict and the diff read profile 0"
+        )
+    qdq = [layer for layer in plan.layers if layer.qdq]
     if qdq:
         findings.append(
-            f"{len(qdq)} layers only quantize/dequantize (e.g. {qdq[0].name!r}): each is its own kernel and memory pass. "
-            "Expected for the network input; elsewhere it means TensorRT could not fuse the Q/DQ into a neighbouring "
+            f"{len(qdq)} layer{_s(qdq)} only quantize{'s' if len(qdq) == 1 else ''}/dequantize{'s' if len(qdq) == 1 else ''} (e.g. {qdq[0].name!r}): each is its own kernel and memory pass. "
+            "Expected for the network input; elsewhere TensorRT could not fuse the Q/DQ into a neighbouring "
             "GEMM/Conv: `python -m pipeline lint-qdq` names the placements TensorRT's rules reject"
         )
     if graph is not None and summary["unresolved_onnx_nodes"]:
@@ -194,11 +318,21 @@ def _findings(plan: EnginePlan, summary: dict[str, Any], graph: OnnxGraph | None
     return findings
 
 
-def report_from_files(layer_info, onnx=None, timing=None, input_format: str = "auto", depth: int = 2) -> dict[str, Any]:
-    """Parse a layer-information file (+ optional ONNX model and trtexec profile) into a report."""
-    from trt.onnx_graph import load_onnx_graph
+def load_plan(layer_info, timing=None, input_format: str = "auto", build: int | None = None) -> tuple[EnginePlan, list[str]]:
+    """Parse a layer-information file and merge a trtexec profile into it; return the timing names matching no layer."""
     from trt.parsers import merge_timing, parse_layer_info, parse_timing
 
-    plan = parse_layer_info(layer_info, input_format)
-    unmatched = merge_timing(plan, parse_timing(timing)) if timing else []
-    return build_report(plan, load_onnx_graph(onnx) if onnx else None, depth, unmatched)
+    plan = parse_layer_info(layer_info, input_format, build)
+    return plan, merge_timing(plan, parse_timing(timing)) if timing else []
+
+
+def report_from_files(layer_info, onnx=None, timing=None, input_format: str = "auto", depth: int = 2, build: int | None = None) -> dict[str, Any]:
+    """Parse a layer-information file (+ optional ONNX model and trtexec profile) into a report."""
+    graph = None
+    if onnx:
+        from trt.onnx_graph import load_onnx_graph
+
+        graph = load_onnx_graph(onnx)
+    with paused_gc():
+        plan, unmatched = load_plan(layer_info, timing, input_format, build)
+        return build_report(plan, graph, depth, unmatched)

@@ -1,0 +1,93 @@
+"""`polygraphy inspect model X.engine --show layers [attrs ...]` output.
+
+    ---- 10 Layer(s) ----
+    Layer 0    | node_conv2d + node_relu [Op: CaskConvolution]
+        {x [dtype=float32, shape=(-1, 1, 28, 28), Format: Float]}
+         -> {relu [dtype=float32, shape=(-1, 32, 28, 28), Format: Float]}
+        ---- Attributes ----
+        Origin = Unknown
+        Tactic = 0x5b8bf1b8028629d9
+
+Polygraphy prints no `[ONNX Layer]` Metadata (up to 0.49), so ONNX nodes come from layer names;
+a `Metadata = ...` attribute is used when present.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trt.parsers.common import LayerInfoParseError, assign_nodes, finish, text_lines
+from trt.plan import EnginePlan, Layer, normalize_dtype, set_tensors
+
+FORMAT = "polygraphy inspect model --show layers"
+_LAYER_HEAD = re.compile(r"[ \t]{0,40}Layer (?P<index>\d{1,9})[ \t]{1,40}\| ")
+_TENSOR_END = re.compile(r" ?\[dtype=(?P<dtype>[A-Za-z0-9_]{1,20}), shape=\([-0-9, ]{0,400}\)(?:, Format: [^\]\n]{0,100})?\]")
+_ATTRIBUTES = "---- Attributes ----"
+
+
+def is_polygraphy(text: str) -> bool:
+    return any(_LAYER_HEAD.match(line) and " [Op: " in line for line in text_lines(text))
+
+
+def parse(source: str, text: str) -> EnginePlan:
+    layers, current = [], None
+    for number, line in enumerate(text_lines(text), 1):
+        head = _LAYER_HEAD.match(line)
+        if head and " [Op: " in line:
+            current = _Block(number, line[head.end() :])
+            layers.append(current)
+        elif current is not None:
+            if line.strip() and not line[:1].isspace():
+                current = None  # the layer list has ended
+            else:
+                current.lines.append(line.strip())
+    if not layers:
+        raise LayerInfoParseError(source, FORMAT, "whole file", "no 'Layer N | name [Op: type]' lines", "the output of `polygraphy inspect model X.engine --show layers`")
+    return finish(EnginePlan(source, FORMAT, "detailed", [block.layer(source) for block in layers]))
+
+
+class _Block:
+    def __init__(self, number: int, head: str):
+        self.number, self.head, self.lines = number, head, []
+
+    def layer(self, source: str) -> Layer:
+        name, sep, op = self.head.rstrip().rpartition(" [Op: ")
+        if not sep or not op.endswith("]") or not name.strip():
+            raise LayerInfoParseError(source, FORMAT, f"line {self.number}", "a layer line without ' [Op: <type>]'", "'Layer N | <name> [Op: <type>]'")
+        io, attributes = [], {}
+        in_attributes = False
+        for line in self.lines:
+            if line == _ATTRIBUTES:
+                in_attributes = True
+            elif in_attributes:
+                key, sep, value = line.partition(" = ")
+                if sep:
+                    attributes[key.strip()] = value.strip()
+            elif line:
+                io.append(line)
+        inputs, outputs = _split_io(io)
+        layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None, origin=_origin(attributes.get("Origin")))
+        set_tensors(layer, _tensors(inputs), _tensors(outputs))
+        assign_nodes(layer, attributes.get("Metadata"))
+        return layer
+
+
+def _split_io(lines: list[str]) -> tuple[str, str]:
+    for index, line in enumerate(lines):
+        if line.startswith("-> "):
+            return " ".join(lines[:index]), " ".join(lines[index:])[3:]
+    return " ".join(lines), ""
+
+
+def _origin(value: str | None) -> str | None:
+    return value if value and value != "Unknown" else None
+
+
+def _tensors(text: str) -> list[tuple[str, str | None]]:
+    """`{a [dtype=float32, shape=(-1, 10), Format: Float], b [...]}`: each tensor ends at its attributes."""
+    tensors, start = [], 0
+    for match in _TENSOR_END.finditer(text):
+        name = text[start : match.start()].strip().lstrip("{,").strip()
+        tensors.append((name, normalize_dtype(match["dtype"])))
+        start = match.end()
+    return tensors

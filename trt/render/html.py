@@ -1,0 +1,113 @@
+"""One self-contained HTML page (inline CSS, inline SVG, no external URL): the verdict, the fusion map
+(ONNX nodes in order as a strip coloured by the engine region each runs in, Q/DQ marked; A above B
+for a diff), the findings, per-module bars, then the tables with expandable node lists.
+Every model-supplied string goes through jinja2's autoescape.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trt.render.text import cell, nodes_preview, region_nodes
+
+STRIP_WIDTH = 1100  # px
+# alternating shades per kind, so two neighbouring regions of one kind still differ
+PALETTE = {
+    "myelin": ("#5f9e00", "#9ccc4a", "#3f6f00", "#c3e38f"),
+    "layer": ("#4f81bd", "#9db8d9", "#2f5597", "#c6d6ec"),
+    "qdq": ("#e69138", "#f4c28a"),
+}
+NOT_IN_ENGINE = "#e4e4e4"
+# the band under each run: the region's precision
+PRECISION_COLOURS = {"FP32": "#8c8c8c", "FP16": "#2a9d9d", "BF16": "#2a9d9d", "INT8": "#e69138", "FP8": "#8e63b8", "FP4": "#c44e52", "INT4": "#c44e52"}
+DARK = {shades[i] for shades in PALETTE.values() for i in (0, 2) if i < len(shades)}  # white text on these
+
+
+def html(data: dict[str, Any], kind: str) -> str:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(Path(__file__).parents[1] / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["cell"] = cell
+    env.filters["nodes"] = nodes_preview
+    fusion_map = data["fusion_map"]
+    if kind == "report":
+        regions = [r | {"onnx_nodes": region_nodes(data, r)} for r in data["regions"]]
+        info = {str(r["index"]): r | {"layers": len(r["layers"])} for r in data["regions"]}
+        strips = [_strip("engine", fusion_map["nodes"], fusion_map["region"], info, fusion_map["qdq"])]
+        peak = max([m["layers"] for m in data["modules"]] + [1])
+        peak_ms = max([m["time_ms"] or 0 for m in data["modules"]] + [0]) or 1.0
+        return env.get_template("report.html.j2").render(report=data, regions=regions, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, precisions=PRECISION_COLOURS,
+                                                         peak=peak, peak_ms=peak_ms, width=STRIP_WIDTH)
+    own = " in its own order: the node names do not join" if "b_nodes" in fusion_map else ""
+    strips = [
+        _strip(f"A ({data['a']['precision']}){own}", fusion_map["nodes"], fusion_map["a"], fusion_map["a_regions"], []),
+        _strip(f"B ({data['b']['precision']}){own}", fusion_map.get("b_nodes", fusion_map["nodes"]), fusion_map["b"], fusion_map["b_regions"], fusion_map["qdq"]),
+    ]
+    return env.get_template("diff.html.j2").render(diff=data, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, precisions=PRECISION_COLOURS,
+                                                   width=STRIP_WIDTH)
+
+
+def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[str, dict[str, Any]], markers: list[list]) -> dict[str, Any]:
+    """Runs of consecutive nodes in one region, as SVG rectangles with a tooltip each. Nodes the engine does not
+    name (Myelin lists the ops it fuses, not every reshape) between two nodes of one region are drawn in it."""
+    shown = _fill_gaps(regions)
+    count = max(1, len(nodes))
+    scale = STRIP_WIDTH / count
+    colours: dict[int, str] = {}
+    used = {"myelin": 0, "layer": 0, "qdq": 0}
+    runs, start = [], 0
+    for i in range(1, len(nodes) + 1):
+        if i < len(nodes) and shown[i] == shown[start]:
+            continue
+        region = shown[start]
+        span = nodes[start:i]
+        if region is None:
+            colour, title = NOT_IN_ENGINE, "in no compute layer of this engine (folded, or only in a reformat)"
+        else:
+            about = info.get(str(region), {})
+            family = "qdq" if about.get("qdq") else ("myelin" if about.get("kind") == "myelin" else "layer")
+            if region not in colours:
+                shades = PALETTE[family]
+                colours[region] = shades[used[family] % len(shades)]
+                used[family] += 1
+            colour = colours[region]
+            unnamed = sum(r is None for r in regions[start:i])
+            title = f"region {region}: {about.get('name', '?')} ({about.get('type', '?')}, {about.get('precision') or '?'})" + (
+                f"; {unnamed} of these nodes are not named by the engine" if unnamed else "")
+        title += f"\n{len(span)} node{'s' if len(span) != 1 else ''}: {span[0]}" + (f" ... {span[-1]}" if len(span) > 1 else "")
+        width = max((i - start) * scale, 0.6)
+        text = _fit(str(info.get(str(region), {}).get("name", "")) if region is not None else "", width)
+        precision = info.get(str(region), {}).get("precision") if region is not None else None
+        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": text, "ink": "#fff" if colour in DARK else "#222",
+                     "band": PRECISION_COLOURS.get(precision or "", "#ffffff")})
+        start = i
+    ticks = [{"x": round(min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
+    named = [r for r in regions if r is not None]
+    changes = sum(1 for a, b in zip(named, named[1:]) if a != b)
+    return {"label": label, "runs": runs, "ticks": ticks, "nodes": len(nodes), "regions": len(set(named)), "changes": changes}
+
+
+def _fill_gaps(regions: list[int | None]) -> list[int | None]:
+    """None runs with the same region on both sides take that region."""
+    shown = list(regions)
+    i = 0
+    while i < len(shown):
+        if shown[i] is not None:
+            i += 1
+            continue
+        j = i
+        while j < len(shown) and shown[j] is None:
+            j += 1
+        if 0 < i and j < len(shown) and shown[i - 1] == shown[j]:
+            shown[i:j] = [shown[j]] * (j - i)
+        i = j
+    return shown
+
+
+def _fit(name: str, width: float) -> str:
+    """The region name shortened to fit its run (about 6.2 px per character at the label's size), or ''."""
+    room = int((width - 8) / 6.2)
+    if room < 10 or not name:
+        return ""
+    return name if len(name) <= room else name[: room - 1] + "…"

@@ -1,0 +1,183 @@
+"""Text output: the verdict first, rich tables for the short summaries, compact fixed-width tables for
+the long lists (the first MAX_ROWS rows, then a count; `all_rows` for every row). Rendering cost is
+linear in the rows shown, so a 40,000-layer engine prints as fast as its summary.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+MAX_ROWS = 200
+NODES_SHOWN = 4
+NAME_WIDTH = 70
+
+# C0/C1 controls, DEL, line/paragraph separators and bidi overrides: shown as escapes, never sent raw
+_NEUTRALIZE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
+_NEUTRALIZE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+
+
+def printable(text: str) -> str:
+    """The text with every control character (ESC, OSC's BEL, newlines in names, ...) written as an escape."""
+    return text.translate(_NEUTRALIZE)
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return printable(str(value))
+
+
+def nodes_preview(nodes: list[str]) -> str:
+    if not nodes:
+        return "0"
+    shown = ", ".join(nodes[:NODES_SHOWN])
+    return f"{len(nodes)}: {shown}" + (", ..." if len(nodes) > NODES_SHOWN else "")
+
+
+def region_nodes(report: dict[str, Any], region: dict[str, Any]) -> list[str]:
+    """A region's ONNX nodes: the union of its layers' (the report stores them once, on the layers)."""
+    layers = report["layers"]
+    return list(dict.fromkeys(n for i in region["layers"] for n in layers[i]["onnx_nodes"]))
+
+
+def counts(values: dict[str, int], limit: int = 8) -> str:
+    items = list(values.items())
+    return ", ".join(f"{k} {v}" for k, v in items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def text(data: dict[str, Any], kind: str, width: int, all_rows: bool) -> str:
+    out = io.StringIO()
+    console = Console(file=out, width=width, markup=False, highlight=False, emoji=False, color_system=None)
+    out.write(printable(data["verdict"]) + "\n\n")
+    for section in _report(data, all_rows) if kind == "report" else _diff(data, all_rows):
+        if isinstance(section, str):
+            out.write(section + "\n")
+        else:
+            console.print(section)
+    return out.getvalue()
+
+
+def rich_table(title: str, columns: list[str], rows: list[list[Any]], right: tuple[str, ...] = ()) -> Table:
+    table = Table(title=printable(title), title_justify="left", show_header=any(columns))
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left", overflow="fold")
+    for row in rows:
+        table.add_row(*[cell(v) for v in row])
+    return table
+
+
+def compact_table(title: str, columns: list[str], rows: list[list[Any]], total: int, all_rows: bool, right: tuple[str, ...] = (), what: str = "rows") -> str:
+    """A fixed-width table; long cells end in '…'; past MAX_ROWS rows (unless all_rows) a line says how many are left."""
+    shown = rows if all_rows else rows[:MAX_ROWS]
+    cells = [[cell(v) for v in row] for row in shown]
+    widths = [min(max([len(column)] + [len(row[i]) for row in cells]), NAME_WIDTH) for i, column in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        parts = []
+        for value, size, column in zip(values, widths, columns):
+            value = value if len(value) <= size else value[: size - 1] + "…"
+            parts.append(value.rjust(size) if column in right else value.ljust(size))
+        return "  ".join(parts).rstrip()
+
+    lines = [printable(title), line(columns), "  ".join("-" * size for size in widths), *(line(row) for row in cells)]
+    if total > len(shown):
+        lines.append(f"... {total - len(shown)} more {what} (the first {len(shown)} of {total} shown; --all lists every one)")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- report
+
+
+def _report(report: dict[str, Any], all_rows: bool) -> list[Any]:
+    s, source, breakdown = report["summary"], report["source"], report["breakdown"]
+    graphs = breakdown["myelin_kernels_per_graph"]
+    header = [
+        ["layer info", f"{source['layer_info']} ({source['format']})"],
+        ["onnx", source["onnx"] or "- (pass --onnx to resolve names and roll up modules)"],
+        ["layers / regions", f"{s['layers']} / {s['regions']}"],
+        ["myelin kernels / graphs", f"{s['myelin_layers']} / {s['myelin_graphs']}" + (f" per profile ({s['profiles']} profiles)" if s["profiles"] > 1 else "")
+         + "".join(f"  (graph {g}: {n} kernels)" for g, n in list(graphs.items())[:8]) + ("  ..." if len(graphs) > 8 else "")],
+        ["onnx nodes referenced", s["metadata_onnx_nodes"]],
+        ["resolved in onnx", "-" if s["resolved_onnx_nodes"] is None else f"{s['resolved_onnx_nodes']} (unresolved: {len(s['unresolved_onnx_nodes'])})"],
+        ["layer types", counts(breakdown["layer_types"])],
+        ["precisions", counts(breakdown["precisions"])],
+        ["timed layers / total ms", f"{s['timed_layers']} / {cell(s['total_time_ms'])}"],
+    ]
+    if source["builds"]:
+        header.insert(1, ["layer listing", f"{source['build']} of {len(source['builds'])} in this log (--build N picks another)"])
+    if report["coverage"]:
+        gaps = report["coverage"]["not_in_layers"]
+        header.append(["onnx nodes in no layer", ", ".join(f"{k.replace('_', ' ')} {v['count']}" for k, v in gaps.items())])
+    sections: list[Any] = [rich_table("Engine summary", ["", ""], header)]
+    if report["findings"]:
+        sections.append(rich_table("Findings", ["#", "finding"], [[i, f] for i, f in enumerate(report["findings"], 1)]))
+    regions = [[r["index"], r["name"], r["kind"] + ("" if r["compute"] else " (copy)"), len(r["layers"]), r["precision"], r["time_ms"], nodes_preview(region_nodes(report, r))]
+               for r in (report["regions"] if all_rows else report["regions"][:MAX_ROWS])]
+    sections.append(compact_table("Regions (a Myelin graph or a standalone layer)", ["#", "region", "kind", "layers", "precision", "ms", "onnx nodes"], regions,
+                                  len(report["regions"]), all_rows, ("#", "layers", "ms"), "regions"))
+    modules = report["modules"]
+    shown = modules if all_rows else modules[:MAX_ROWS]
+    sections.append(rich_table(f"Modules (scope depth {report['module_depth']})" + ("" if len(shown) == len(modules) else f", the first {len(shown)} of {len(modules)}"),
+                               ["module", "onnx nodes", "layers", "myelin kernels", "time ms", "precisions"],
+                               [[m["module"], m["onnx_nodes"], m["layers"], m["myelin_kernels"], m["time_ms"], counts(m["precisions"])] for m in shown],
+                               ("onnx nodes", "layers", "myelin kernels", "time ms")))
+    layers = [[i, layer["name"], layer["type"], layer["region"], layer["precision"], layer["time_ms"],
+               nodes_preview(layer["onnx_nodes"]) + ("" if layer["mapping"] in (None, "metadata") else f" [{layer['mapping']}]")]
+              for i, layer in enumerate(report["layers"] if all_rows else report["layers"][:MAX_ROWS])]
+    sections.append(compact_table("Layers", ["#", "layer", "type", "region", "precision", "ms", "onnx nodes"], layers, len(report["layers"]), all_rows,
+                                  ("#", "region", "ms"), "layers"))
+    return sections
+
+
+# ---------------------------------------------------------------- diff
+
+
+def region_label(region: dict[str, Any] | None) -> str:
+    if region is None:
+        return "-"
+    return f"{region['name']} ({region['type']}, {region['layers']} layer{'s' if region['layers'] != 1 else ''})" if region["kind"] == "myelin" else region["name"]
+
+
+def _diff(diff: dict[str, Any], all_rows: bool) -> list[Any]:
+    totals = diff["totals"]
+    rows = [[key.replace("_", " "), v["a"], v["b"], v["delta"]] for key, v in totals.items() if key != "precisions"]
+    rows.append(["precisions", counts(totals["precisions"]["a"]), counts(totals["precisions"]["b"]), ""])
+    sections: list[Any] = [
+        f"A: {printable(diff['a']['layer_info'])} ({diff['a']['precision']})\nB: {printable(diff['b']['layer_info'])} ({diff['b']['precision']})\njoined by {diff['join']}\n",
+        rich_table("Totals", ["", "A", "B", "delta"], rows, ("delta",)),
+    ]
+    if diff["findings"]:
+        sections.append(rich_table("Findings", ["#", "finding"], [[i, f] for i, f in enumerate(diff["findings"], 1)]))
+    for key, title in (("splits", "Cut in B: regions of A that B runs as several pieces"), ("merges", "Cut in A: regions of B that A runs as several pieces")):
+        rows = []
+        for split in diff[key]:
+            for i, piece in enumerate(split["b_regions"]):
+                first = i == 0
+                rows.append([split["a_region"]["name"] + (" ~" if split["approximate"] else "") if first else "", split["nodes"] if first else "",
+                             piece["name"], piece["type"], piece["precision"], len(piece["nodes"])])
+            pairs = list(dict.fromkeys(f"{c['quantize']} -> {c['dequantize']}" if c["dequantize"] else c["quantize"] for c in split["cuts"] if c["quantize"]))
+            if pairs:
+                rows.append(["", "", f"Q/DQ at the cuts ({split['qdq_source']}): " + ", ".join(pairs[:6]) + (" ..." if len(pairs) > 6 else ""), "", "", ""])
+        if rows:
+            sections.append(compact_table(title + " (~ approximate)", ["region", "nodes", "piece", "type", "precision", "shared nodes"], rows, len(rows), all_rows,
+                                          ("nodes", "shared nodes"), "rows"))
+    if diff["regions"]:
+        rows = [[r["a"]["name"], r["nodes"], r["status"] + (" ~" if r["approximate"] else ""), r["b"][0]["name"] + (f" (+{len(r['b']) - 1} more)" if len(r["b"]) > 1 else "") if r["b"] else "-",
+                 r["precision_change"] or ""] for r in diff["regions"]]
+        sections.append(compact_table("Where A's compute regions run in B (~ approximate)", ["A region", "nodes", "status", "B region", "precision"], rows,
+                                      len(rows), all_rows, ("nodes",), "regions"))
+    if diff["aligned"]:
+        rows = [[region_label(r["a"]), (r["a"] or {}).get("precision"), region_label(r["b"]), (r["b"] or {}).get("precision"), r["precision_change"] or ""] for r in diff["aligned"]]
+        sections.append(compact_table("Compute regions aligned by order and kind (node names do not join)", ["A region", "A prec", "B region", "B prec", "change"], rows,
+                                      len(rows), all_rows, (), "regions"))
+    modules = diff["modules"] if all_rows else diff["modules"][:MAX_ROWS]
+    sections.append(rich_table("Modules", ["module", "layers A", "layers B", "delta", "ms A", "ms B", "delta ms"],
+                               [[m["module"], m["layers_a"], m["layers_b"], m["layers_delta"], m["time_a_ms"], m["time_b_ms"], m["time_delta_ms"]] for m in modules],
+                               ("layers A", "layers B", "delta", "ms A", "ms B", "delta ms")))
+    return sections
