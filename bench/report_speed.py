@@ -11,7 +11,7 @@ Whole processes, runs interleaved (every command once per round), min / median /
 machine's load average before and after. Optionally NVIDIA's trt-engine-explorer loading the same files
 (`--trex-python`: a Python with pandas 2.2; `--trex-path`: tools/experimental/trt-engine-explorer of
 NVIDIA/TensorRT; not part of this project).
-Run: python bench/report_speed.py [--runs 5] [--trex-python P --trex-path D] [--readme]
+Run: python bench/report_speed.py [--runs 5] [--trex-python P --trex-path D] [--readme | --readme-only]
   -> bench/results/report_speed.json (and, with --readme, the table in README.md)
 """
 
@@ -105,7 +105,11 @@ def main() -> None:
     parser.add_argument("--trex-python")
     parser.add_argument("--trex-path")
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
+    parser.add_argument("--readme-only", action="store_true", help="only rewrite README.md's table from the results file")
     args = parser.parse_args()
+    if args.readme_only:
+        write_readme(json.loads(RESULTS.read_text()))
+        return
     python = sys.executable
     commands: dict[str, list[str]] = {"python_startup": [python, "-c", "pass"], "cli_help": [python, "-m", "pipeline", "--help"]}
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,10 +157,14 @@ def main() -> None:
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     if args.readme:
-        readme = REPO / "README.md"
-        text = readme.read_text()
-        start, end = text.index(TABLE_START), text.index(TABLE_END)
-        readme.write_text(text[: start + len(TABLE_START)] + "\n" + readme_table(result, json.loads(FUZZ_RESULTS.read_text())) + text[end:])
+        write_readme(result)
+
+
+def write_readme(result: dict) -> None:
+    readme = REPO / "README.md"
+    text = readme.read_text()
+    start, end = text.index(TABLE_START), text.index(TABLE_END)
+    readme.write_text(text[: start + len(TABLE_START)] + "\n" + readme_table(result, json.loads(FUZZ_RESULTS.read_text())) + text[end:])
 
 
 def _cell(s: dict[str, float]) -> str:

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from pipeline import DEFAULT_PROFILE, __version__, interrupts
 from pipeline.errors import PipelineError
-from pipeline.text import printable
+from pipeline.text import printable, printable_json
 
 app = typer.Typer(
     name="pipeline",
@@ -392,7 +392,7 @@ def lint_qdq(
     check_outputs([output], [model])
     findings = lint_file(model, max_sequence)
     if fmt == "json":
-        _emit(json.dumps(findings_json(findings), indent=2) + "\n", output)
+        _emit(json.dumps(findings_json(findings), indent=2) + "\n", output, is_json=True)
     else:
         lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
         for finding in findings:
@@ -445,7 +445,7 @@ def compare(
     with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every tensor exposed"):
         result = compare_models(reference, candidate, feeds, Path(workdir))
     if fmt == "json":
-        _emit(json.dumps(result, indent=2) + "\n", output)
+        _emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
         return
     lines = [f"{candidate} vs {reference}: {result['compared_tensors']} tensors compared on {result['feeds']} inputs",
              "output error (max |b-a| / max |a|): " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in result["outputs"].items()),
@@ -567,10 +567,10 @@ OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Wr
 DepthOption = Annotated[int, typer.Option(min=1, max=12, help="Module scope depth of the rollup (2: encoder/layers.N).")]
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _emit(text: str, output: Optional[Path], is_json: bool = False) -> None:
     """Write a command's result to stdout or `output`; control characters from model or engine
-    names are escaped (JSON already escapes them, so only text and Markdown change)."""
-    text = printable(text)
+    names are escaped (in JSON as \\u escapes, so it stays valid)."""
+    text = printable_json(text) if is_json else printable(text)
     if output is None:
         sys.stdout.write(text)
         return
@@ -612,7 +612,7 @@ def report(
     from trt.report import report_from_files
 
     data = report_from_files(layer_info, onnx, timing, input_format.value, depth, build)
-    _emit(render(data, fmt.value, "report", all_rows=all_rows, pretty=pretty), output)
+    _emit(render(data, fmt.value, "report", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
 
 
 @app.command(
@@ -644,7 +644,7 @@ def diff(
     from trt.render import render
 
     data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth, build_a, build_b)
-    _emit(render(data, fmt.value, "diff", all_rows=all_rows, pretty=pretty), output)
+    _emit(render(data, fmt.value, "diff", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
 
 
 def main() -> None:

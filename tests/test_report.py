@@ -139,7 +139,7 @@ def test_report_imports_neither_torch_nor_onnx_nor_tensorrt(trt_fixtures):
 def test_layer_names_with_terminal_escapes_are_neutralized(tmp_path, trt_fixtures):
     """Names come from untrusted models: ESC/OSC/control characters never reach the terminal raw."""
     data = json.loads((trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
-    evil = "node_\x1b]0;owned\x07\x1b[31mred\x1b[0m\r\u202eevil"
+    evil = "node_\x1b]0;owned\x07\x1b[31mred\x1b[0m\r\u202eevil\x7f\x9b2J"
     data["Layers"][0]["Name"] = evil
     data["Layers"][0]["Metadata"] = f"[ONNX Layer: {evil}]"
     path = tmp_path / "evil.layers.json"
@@ -148,3 +148,6 @@ def test_layer_names_with_terminal_escapes_are_neutralized(tmp_path, trt_fixture
         out = run_cli("report", str(path), "-f", fmt, "--all").stdout
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", out), fmt
         assert "\\x1b" in out.replace("\\\\", "\\") and "\\u202e" in out.replace("\\\\", "\\"), fmt
+    out = run_cli("report", str(path), "-f", "json").stdout  # JSON escapes C0; DEL and C1 as \u00NN
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out)
+    assert evil in {layer["name"] for layer in json.loads(out)["layers"]}
