@@ -47,7 +47,7 @@ STAGE_OF_STEP = {"export": "export", "fp16": "fp16", "int8": "int8"}
 # --- the direct library calls (each runs in its own process: --step NAME) ---
 
 def _profile(name: str):
-    from pipeline.profiles import load_profile
+    from pipeline.core.profiles import load_profile
 
     return load_profile(name)
 

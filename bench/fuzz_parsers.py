@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from test_parsers_malformed import FIXTURES, mutate  # noqa: E402
 
-from pipeline.errors import PipelineError  # noqa: E402
+from pipeline.core.errors import PipelineError  # noqa: E402
 from trt.diff import build_diff  # noqa: E402
 from trt.parsers import parse_layer_info, parse_timing  # noqa: E402
 from trt.render import FORMATS, render  # noqa: E402

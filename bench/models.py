@@ -140,7 +140,7 @@ def main() -> None:
     if sys.argv[1:] == ["--table"]:
         sys.stdout.write(table(json.loads(RESULTS.read_text())))
         return
-    from pipeline.fileio import write_json
+    from pipeline.core.fileio import write_json
 
     load_before = os.getloadavg()
     runs = []

@@ -1,5 +1,3 @@
 """trt-pipeline: PyTorch/ONNX -> optimized ONNX -> FP16/INT8 -> TensorRT engines, with fusion reports."""
 
 __version__ = "0.1.0"
-
-DEFAULT_PROFILE = "bert-tiny"

@@ -14,9 +14,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from pipeline import DEFAULT_PROFILE, __version__, interrupts
-from pipeline.errors import PipelineError
-from pipeline.text import printable, printable_json
+from pipeline import __version__, interrupts
+from pipeline.core import DEFAULT_PROFILE
+from pipeline.core.errors import PipelineError
+from pipeline.core.text import printable, printable_json
 
 app = typer.Typer(
     name="pipeline",
@@ -121,10 +122,10 @@ def build(
     force: Annotated[bool, typer.Option(help="Rerun stages even when cached.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="If another build is writing to OUT, wait for it instead of exiting.")] = False,
 ) -> None:
-    from pipeline.fileio import remove_stale_temp_files
+    from pipeline.core.fileio import remove_stale_temp_files
+    from pipeline.core.manifest import Manifest
+    from pipeline.core.profiles import load_profile, shadowed_profile
     from pipeline.lock import folder_lock
-    from pipeline.manifest import Manifest
-    from pipeline.profiles import load_profile, shadowed_profile
     from pipeline.runner import Context, Runner
     from pipeline.stages import build_plan
 
@@ -172,9 +173,9 @@ def export(
         Optional[Exporter], typer.Option(help="Override the profile's exporter [default: from the profile].")
     ] = None,
 ) -> None:
+    from pipeline.core.fileio import check_outputs
+    from pipeline.core.profiles import load_profile
     from pipeline.export import export_model
-    from pipeline.fileio import check_outputs
-    from pipeline.profiles import load_profile
 
     check_outputs([output], [])
     loaded = load_profile(profile)
@@ -208,7 +209,7 @@ def optimize(
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
     list_rules: Annotated[bool, typer.Option("--list-rules", help="List the rules (name, priority, minimum opset, rewrite) and exit.")] = False,
 ) -> None:
-    from pipeline.fileio import check_outputs
+    from pipeline.core.fileio import check_outputs
     from pipeline.optimize import describe_rules, optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:
@@ -248,7 +249,7 @@ def optimize(
     )
 )
 def profiles() -> None:
-    from pipeline.profiles import describe_profiles
+    from pipeline.core.profiles import describe_profiles
 
     rows = describe_profiles()
     width = max(len(r["name"]) for r in rows)
@@ -282,9 +283,9 @@ def init(
 ) -> None:
     if output.exists():
         raise PipelineError(f"{output} exists; choose another -o or remove it")
-    from pipeline.fileio import write_text
+    from pipeline.core.fileio import write_text
+    from pipeline.core.profiles import load_profile
     from pipeline.models.hf import starter_profile
-    from pipeline.profiles import load_profile
 
     name = output.stem if output.suffix == ".toml" else output.name
     text = starter_profile(hf, task.value, name, output.resolve().parent)
@@ -313,10 +314,10 @@ def quantize(
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
     preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
 ) -> None:
-    from pipeline.fileio import check_outputs
-    from pipeline.onnxfile import load_onnx
-    from pipeline.profiles import load_profile
-    from pipeline.quiet import captured
+    from pipeline.core.fileio import check_outputs
+    from pipeline.core.onnxfile import load_onnx
+    from pipeline.core.profiles import load_profile
+    from pipeline.core.quiet import captured
 
     if not (fp16 or int8):
         raise PipelineError("quantize: give --fp16, --int8 or both")
@@ -326,7 +327,7 @@ def quantize(
     load_onnx(source)
     out = stdout_console()
     if fp16 and not int8:
-        from pipeline.samples import make_inputs, model_feeds, range_sizes
+        from pipeline.core.samples import make_inputs, model_feeds, range_sizes
         from quant.calibration import model_inputs
         from quant.fp16 import convert_fp16
 
@@ -384,7 +385,7 @@ def lint_qdq(
 ) -> None:
     import json
 
-    from pipeline.fileio import check_outputs
+    from pipeline.core.fileio import check_outputs
     from quant.lint import findings_json, lint_file
 
     if fmt not in ("text", "json"):
@@ -432,13 +433,13 @@ def compare(
         raise PipelineError(f"--format {fmt!r}: use text or json")
     if (inputs is None) == (profile is None):
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
-    from pipeline.fileio import check_outputs
+    from pipeline.core.fileio import check_outputs
 
     check_outputs([output], [reference, candidate, inputs])
     if inputs is not None:
         feeds = split(load_npz(inputs, model_inputs(reference)), 1)
     else:
-        from pipeline.profiles import load_profile
+        from pipeline.core.profiles import load_profile
 
         loaded = load_profile(profile)
         feeds = split(synthetic(loaded, samples, seed=30_000), loaded.shape(loaded.inputs[0])[0])
@@ -484,9 +485,9 @@ def bench(
 ) -> None:
     from rich.progress import Progress
 
-    from pipeline.fileio import check_outputs, write_json
-    from pipeline.profiles import load_profile
-    from pipeline.samples import make_inputs
+    from pipeline.core.fileio import check_outputs, write_json
+    from pipeline.core.profiles import load_profile
+    from pipeline.core.samples import make_inputs
     from trt.bench import bench as run_bench
     from trt.bench import plot
 
@@ -500,7 +501,7 @@ def bench(
             raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
         dims["batch"] = batch
     if backend is Backend.trt:
-        from pipeline.errors import CapabilityMissing
+        from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing
 
         missing = tensorrt_missing()
@@ -524,7 +525,7 @@ def bench(
 
 
 def _runs(model: Path, feeds: dict) -> bool:
-    from pipeline.verify import run_onnx
+    from pipeline.core.verify import run_onnx
 
     try:
         run_onnx(model, feeds)
@@ -574,7 +575,7 @@ def _emit(text: str, output: Optional[Path], is_json: bool = False) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from pipeline.fileio import write_text
+    from pipeline.core.fileio import write_text
 
     write_text(output, text)
     console.print(f"wrote {output}", highlight=False, markup=False)
@@ -686,7 +687,7 @@ def _report_failure(err: BaseException) -> int:
         _error_line(f"{message} (see `{command} --help`)")
         return err.exit_code
     if isinstance(err, OSError):
-        from pipeline.fileio import describe_os_error
+        from pipeline.core.fileio import describe_os_error
 
         _error_line(describe_os_error(err))
         return 2

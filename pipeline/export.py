@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError, ProfileError, StageFailed
-from pipeline.fileio import atomic_path, sha256_file
-from pipeline.profiles import Profile
-from pipeline.quiet import captured
-from pipeline.samples import check_sizes, make_inputs
-from pipeline.verify import OnnxSession
+from pipeline.core.errors import InputError, ProfileError, StageFailed
+from pipeline.core.fileio import atomic_path, sha256_file
+from pipeline.core.profiles import Profile
+from pipeline.core.quiet import captured
+from pipeline.core.samples import check_sizes, make_inputs
+from pipeline.core.verify import OnnxSession
 
 Status = Callable[[str], None]
 
@@ -399,7 +399,7 @@ def _package_version(name: str) -> str | None:
 
 def check_onnx_file(path: Path, profile: Profile) -> int:
     """Check a user's ONNX file can start a build with this profile (weights not read); return its node count."""
-    from pipeline.onnxfile import load_onnx
+    from pipeline.core.onnxfile import load_onnx
 
     model = load_onnx(path)
     if not model.graph.node:

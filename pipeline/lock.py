@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from pipeline.errors import InputError
-from pipeline.fileio import check_parents, describe_os_error
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import check_parents, describe_os_error
 
 LOCK_NAME = ".lock"
 

@@ -21,11 +21,11 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from pipeline import interrupts
-from pipeline.errors import CapabilityMissing, InputError, PipelineError
-from pipeline.fileio import sha256_file, sha256_json
-from pipeline.manifest import USABLE, Manifest, StageRecord, downstream
-from pipeline.profiles import Profile
-from pipeline.text import printable
+from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
+from pipeline.core.fileio import sha256_file, sha256_json
+from pipeline.core.manifest import USABLE, Manifest, StageRecord, downstream
+from pipeline.core.profiles import Profile
+from pipeline.core.text import printable
 
 Status = Callable[[str], None]
 

@@ -6,8 +6,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.fileio import sha256_file
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import sha256_file
 from pipeline.runner import Context, Stage, StageResult, Status
 
 
@@ -20,7 +20,7 @@ def _onnx_source(ctx: Context) -> Path | None:
 def _export_fingerprint(ctx: Context) -> dict[str, Any]:
     source = _onnx_source(ctx)
     if source is not None:
-        from pipeline.fileio import require_file
+        from pipeline.core.fileio import require_file
 
         return {"onnx": str(source), "sha256": sha256_file(require_file(source, "ONNX file", "pass an existing .onnx path"))}
     from pipeline.export import factory_fingerprint
@@ -73,11 +73,11 @@ def _optimize_fingerprint(ctx: Context) -> dict[str, Any]:
 
 
 def _run_optimize(ctx: Context, status: Status) -> StageResult:
-    from pipeline.errors import StageFailed
-    from pipeline.fileio import atomic_path
+    from pipeline.core.errors import StageFailed
+    from pipeline.core.fileio import atomic_path
+    from pipeline.core.samples import check_sizes, make_inputs
+    from pipeline.core.verify import compare_models
     from pipeline.optimize import optimize_file
-    from pipeline.samples import check_sizes, make_inputs
-    from pipeline.verify import compare_models
 
     settings, source, target = ctx.profile.optimize, ctx.input("export", "onnx"), ctx.out / "model.opt.onnx"
     feed_sets = [make_inputs(ctx.profile, seed=2000 + i, dims=sizes) for i, sizes in enumerate(check_sizes(ctx.profile))]
@@ -128,7 +128,7 @@ def _modelopt_version() -> str | None:
 
 def _held_out(ctx: Context) -> list[dict]:
     """The held-out accuracy samples (seeds apart from calibration's), stacked into as few runs as the batch dim allows."""
-    from pipeline.samples import make_inputs, stack_batches
+    from pipeline.core.samples import make_inputs, stack_batches
     from quant.calibration import HELD_OUT_SEED
 
     return stack_batches(ctx.profile, [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)])
@@ -155,7 +155,7 @@ def _accuracy(ctx: Context, candidate: Path, label: str, status: Status) -> dict
 
 
 def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
-    from pipeline.errors import StageFailed
+    from pipeline.core.errors import StageFailed
 
     if not metrics["cosine_centered"] >= minimum:
         raise StageFailed(
@@ -178,9 +178,9 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
 
 
 def _run_fp16(ctx: Context, status: Status) -> StageResult:
-    from pipeline.fileio import atomic_path
-    from pipeline.quiet import captured
-    from pipeline.samples import make_inputs, range_sizes
+    from pipeline.core.fileio import atomic_path
+    from pipeline.core.quiet import captured
+    from pipeline.core.samples import make_inputs, range_sizes
     from quant.fp16 import convert_fp16
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.fp16.onnx"
@@ -211,8 +211,8 @@ def _int8_fingerprint(ctx: Context) -> dict[str, Any]:
 
 
 def _run_int8(ctx: Context, status: Status) -> StageResult:
-    from pipeline.fileio import atomic_path, write_json
-    from pipeline.quiet import captured
+    from pipeline.core.fileio import atomic_path, write_json
+    from pipeline.core.quiet import captured
     from quant.calibration import calibration_data
     from quant.int8 import quantize_int8
     from quant.lint import findings_json
@@ -313,7 +313,7 @@ def _run_build(ctx: Context, status: Status) -> StageResult:
     skipped = _skip_without_tensorrt("building engines", ctx)
     if skipped:
         return skipped
-    from pipeline.samples import make_inputs
+    from pipeline.core.samples import make_inputs
     from trt.build import BuildPaths, BuildSettings, build_engine
     from trt.build_polygraphy import build_engine_polygraphy
     from trt.run import profile_engine
@@ -344,7 +344,7 @@ def _build_with_trtexec(ctx: Context, onnx_path: Path, paths, profile: Path, set
 
     import tensorrt as trt
 
-    from pipeline.fileio import write_text
+    from pipeline.core.fileio import write_text
     from trt.versions import for_version, trtexec_command
 
     b = ctx.profile.build
@@ -389,7 +389,7 @@ def _report_fingerprint(ctx: Context) -> dict[str, Any]:
 def _run_report(ctx: Context, status: Status) -> StageResult:
     if not _engines_built(ctx):
         return _no_engine("report", ctx)
-    from pipeline.fileio import write_text
+    from pipeline.core.fileio import write_text
     from trt.render import render
     from trt.report import report_from_files
 
@@ -409,7 +409,7 @@ def _run_diff(ctx: Context, status: Status) -> StageResult:
     built = _engines_built(ctx)
     if not {"fp16", "int8"} <= set(built):
         return _no_engine("diff (FP16 vs INT8)", ctx) if not built else StageResult({}, skipped=True, reason="diff needs both the FP16 and the INT8 engine (--fp16 --int8)")
-    from pipeline.fileio import write_text
+    from pipeline.core.fileio import write_text
     from trt.diff import diff_from_files
     from trt.render import render
 
@@ -428,8 +428,8 @@ def _run_bench(ctx: Context, status: Status) -> StageResult:
     built = _engines_built(ctx)
     if not built:
         return _no_engine("bench", ctx)
-    from pipeline.fileio import write_json
-    from pipeline.samples import make_inputs
+    from pipeline.core.fileio import write_json
+    from pipeline.core.samples import make_inputs
     from trt.bench import bench, plot
 
     b = ctx.profile.build

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.verify import OnnxSession
+from pipeline.core.verify import OnnxSession
 
 
 def model_outputs(path: Path, batches: list[dict[str, np.ndarray]]) -> np.ndarray:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.fileio import require_file
-from pipeline.profiles import Profile
-from pipeline.samples import make_inputs
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import require_file
+from pipeline.core.profiles import Profile
+from pipeline.core.samples import make_inputs
 
 CALIBRATION_SEED = 10_000
 HELD_OUT_SEED = 20_000
@@ -100,7 +100,7 @@ def model_inputs(onnx_path: Path) -> dict[str, tuple[str, list]]:
     """Each ONNX input's numpy dtype name and dims (None where dynamic)."""
     from onnx import helper
 
-    from pipeline.onnxfile import load_onnx
+    from pipeline.core.onnxfile import load_onnx
 
     model = load_onnx(onnx_path)
     return {

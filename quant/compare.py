@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 
 MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
 
@@ -35,7 +35,7 @@ def _expose_all(path: Path, target: Path) -> list[str]:
     """Write a copy of the model whose outputs are all its float node outputs; return their names."""
     import onnx
 
-    from pipeline.onnxfile import load_onnx
+    from pipeline.core.onnxfile import load_onnx
 
     model = load_onnx(path, weights=True)
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
@@ -95,7 +95,7 @@ def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, Any]:
 
-    from pipeline.onnxfile import load_onnx
+    from pipeline.core.onnxfile import load_onnx
 
     ref_model, cand_model = load_onnx(reference), load_onnx(candidate)
     a, b = _run_all(reference, feed_sets, workdir), _run_all(candidate, feed_sets, workdir)

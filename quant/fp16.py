@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError, StageFailed
-from pipeline.fileio import atomic_path
+from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.fileio import atomic_path
 
 AUTOCAST_PLACEHOLDER_DIM = "unk"
 
@@ -41,7 +41,7 @@ def convert_fp16(
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
-    from pipeline.devices import cuda_device_present
+    from pipeline.core.devices import cuda_device_present
 
     providers = ["cuda", "cpu"] if cuda_device_present() else ["cpu"]
     logging.getLogger("modelopt").setLevel(logging.WARNING)
@@ -99,7 +99,7 @@ def repair_placeholder_dims(model, source) -> int:
 
 def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -> list[dict[str, list[int]]]:
     """Run the model at each feed set (one session); a failure is one line naming the shapes and the node."""
-    from pipeline.verify import OnnxSession
+    from pipeline.core.verify import OnnxSession
 
     session = OnnxSession(path)
     checked = []

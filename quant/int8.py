@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError
-from pipeline.fileio import atomic_path
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import atomic_path
 from quant.calibration import split
 
 
@@ -73,7 +73,7 @@ def quantize_int8(
     import onnx
     from modelopt.onnx.quantization import quantize
 
-    from pipeline.onnxfile import external_tensors, load_onnx, private_copy
+    from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
     from quant.lint import lint_model
     from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
 

@@ -99,7 +99,7 @@ def lint_model(model, max_sequence: int | None = None) -> list[Finding]:
 
 
 def lint_file(path: Path, max_sequence: int | None = None) -> list[Finding]:
-    from pipeline.onnxfile import load_onnx
+    from pipeline.core.onnxfile import load_onnx
 
     return lint_model(load_onnx(path, weights=True), max_sequence)
 

@@ -45,8 +45,8 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600, path: tup
 @pytest.fixture(scope="session")
 def bert_tiny_torchscript(tmp_path_factory) -> Path:
     """bert-tiny exported once per session by the TorchScript exporter (node names as in the log)."""
+    from pipeline.core.profiles import load_profile
     from pipeline.export import export_model
-    from pipeline.profiles import load_profile
 
     path = tmp_path_factory.mktemp("bert_tiny_ts") / "model.onnx"
     export_model(load_profile("bert-tiny"), path, exporter="torchscript")

@@ -6,8 +6,8 @@ import pytest
 from conftest import run_cli
 from onnx import TensorProto, helper
 
-from pipeline.errors import InputError
-from pipeline.profiles import load_profile
+from pipeline.core.errors import InputError
+from pipeline.core.profiles import load_profile
 from quant.calibration import load_npz, model_inputs, split, synthetic
 
 

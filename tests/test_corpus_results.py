@@ -5,7 +5,7 @@ import json
 
 from conftest import REPO
 
-from pipeline.profiles import load_profile
+from pipeline.core.profiles import load_profile
 
 
 def bench_models():

@@ -7,11 +7,11 @@ import onnx
 import pytest
 from conftest import TINY_MLP_PROFILE, write_profile
 
-from pipeline.errors import InputError, ProfileError, StageFailed
+from pipeline.core.errors import InputError, ProfileError, StageFailed
+from pipeline.core.profiles import load_profile
+from pipeline.core.samples import make_inputs
+from pipeline.core.verify import run_onnx
 from pipeline.export import export_model
-from pipeline.profiles import load_profile
-from pipeline.samples import make_inputs
-from pipeline.verify import run_onnx
 
 
 def log_node_names(log_path) -> set[str]:

@@ -32,7 +32,7 @@ def built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def polygraphy_built(tmp_path_factory):
     """The same build with `[build] builder = "polygraphy"`."""
-    from pipeline.profiles import REPO_PROFILES
+    from pipeline.core.profiles import REPO_PROFILES
 
     folder = tmp_path_factory.mktemp("gpu-polygraphy")
     profile = folder / "bert-tiny-polygraphy.toml"

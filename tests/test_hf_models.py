@@ -12,10 +12,10 @@ import onnx
 import pytest
 from conftest import REPO, run_cli, write_profile
 
-from pipeline.errors import InputError, ProfileError
+from pipeline.core.errors import InputError, ProfileError
+from pipeline.core.profiles import load_profile
+from pipeline.core.verify import OnnxSession, run_onnx
 from pipeline.export import export_model, flatten_outputs
-from pipeline.profiles import load_profile
-from pipeline.verify import OnnxSession, run_onnx
 from quant.lint import RULES, lint_model
 from quant.presets import attention_mask_adds, attention_shapes
 
@@ -139,7 +139,7 @@ def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path, monk
     check stops the conversion with one line and writes nothing."""
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
-    from pipeline.errors import StageFailed
+    from pipeline.core.errors import StageFailed
     from quant import fp16 as fp16_module
 
     text = text_profile("static-seq", "[model.hf_config]\n" + BERT_CONFIG, seq="64", dims_seq=False)
@@ -165,7 +165,7 @@ def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path, monk
 
 
 def test_range_sizes_take_every_dim_to_both_ends_without_the_all_max_corner():
-    from pipeline.samples import range_sizes
+    from pipeline.core.samples import range_sizes
 
     assert range_sizes(load_profile("bert-base")) == [
         {"batch": 1, "seq": 8}, {"batch": 1, "seq": 128}, {"batch": 32, "seq": 8}, {"batch": 1, "seq": 512}]

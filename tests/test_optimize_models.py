@@ -5,11 +5,11 @@ import onnx
 import pytest
 from conftest import run_cli, write_profile
 
+from pipeline.core.profiles import load_profile
+from pipeline.core.samples import make_inputs
+from pipeline.core.verify import compare_models
 from pipeline.export import export_model
 from pipeline.optimize import optimize_file
-from pipeline.profiles import load_profile
-from pipeline.samples import make_inputs
-from pipeline.verify import compare_models
 
 HAND_WRITTEN = """
 name = "hand-written"

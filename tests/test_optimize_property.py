@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from pipeline.core.verify import run_onnx
 from pipeline.optimize import optimize_file
-from pipeline.verify import run_onnx
 
 SHAPE = [2, 3, 4]
 STEPS = ["relu", "identity", "cast", "add_const", "mul_const_chain", "transpose_pair", "transpose_merge", "reshape_same",

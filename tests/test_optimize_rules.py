@@ -9,9 +9,9 @@ import pytest
 from conftest import run_cli
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
+from pipeline.core.verify import run_onnx
 from pipeline.optimize import optimize_file
-from pipeline.verify import run_onnx
 
 F = TensorProto.FLOAT
 

@@ -6,7 +6,7 @@ import re
 import pytest
 from trt_facts import names_only_records
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from trt.parsers import LayerInfoParseError, parse_layer_info
 from trt.parsers.common import nodes_from_name
 

@@ -11,7 +11,7 @@ from conftest import TRT_DATA, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.errors import InputError, PipelineError
+from pipeline.core.errors import InputError, PipelineError
 from trt.diff import build_diff
 from trt.parsers import LayerInfoParseError, parse_layer_info, parse_timing
 from trt.render import FORMATS, render

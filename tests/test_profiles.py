@@ -3,8 +3,8 @@
 import pytest
 from conftest import REPO, run_cli, write_profile
 
-from pipeline.errors import ProfileError
-from pipeline.profiles import available_profiles, load_profile
+from pipeline.core.errors import ProfileError
+from pipeline.core.profiles import available_profiles, load_profile
 
 VALID_INPUT = '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [1, 8]\n'
 FACTORY = '[model]\nfactory = "factories:tiny_mlp"\n'
@@ -75,7 +75,7 @@ def test_bad_profile_names_file_and_key(tmp_path, case):
 @pytest.mark.parametrize("dtype", ["bool", "int32", "int64"])
 def test_mask_fill_in_every_mask_dtype(tmp_path, dtype):
     """HF attention masks are int64 (some int32): 1 for real tokens, then 0 for padding, as bool masks are."""
-    from pipeline.samples import make_inputs
+    from pipeline.core.samples import make_inputs
 
     text = 'name = "m"\n' + FACTORY + f'[[inputs]]\nname = "mask"\ndtype = "{dtype}"\nshape = [6, 16]\nfill = "mask"\n'
     mask = make_inputs(load_profile(str(write_profile(tmp_path, text))), seed=0)["mask"]
@@ -109,7 +109,7 @@ def test_cli_bad_profile_is_one_line_exit_2(tmp_path):
 
 
 def test_model_feeds_without_a_profile():
-    from pipeline.samples import model_feeds
+    from pipeline.core.samples import model_feeds
 
     sets = model_feeds({"ids": ("int64", [None, 16]), "mask": ("bool", [None, 16])})
     assert [{k: (v.shape, v.dtype.name) for k, v in f.items()} for f in sets] == [

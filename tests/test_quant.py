@@ -7,10 +7,10 @@ import onnx
 import pytest
 from conftest import run_cli
 
+from pipeline.core.profiles import load_profile
+from pipeline.core.quiet import captured
+from pipeline.core.samples import make_inputs, stack_batches
 from pipeline.optimize import optimize_file
-from pipeline.profiles import load_profile
-from pipeline.quiet import captured
-from pipeline.samples import make_inputs, stack_batches
 from quant.accuracy import accuracy, model_outputs
 from quant.calibration import synthetic
 from quant.int8 import quantize_int8

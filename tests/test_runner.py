@@ -5,9 +5,9 @@ import json
 import pytest
 from rich.console import Console
 
-from pipeline.errors import CapabilityMissing, InputError, StageFailed
-from pipeline.manifest import Manifest
-from pipeline.profiles import load_profile
+from pipeline.core.errors import CapabilityMissing, InputError, StageFailed
+from pipeline.core.manifest import Manifest
+from pipeline.core.profiles import load_profile
 from pipeline.runner import Context, Runner, Stage, StageResult
 
 
@@ -155,7 +155,7 @@ def test_a_stage_cannot_read_a_failed_or_stale_stage(tmp_path):
 
 
 def test_manifest_writes_merge_records_written_meanwhile(tmp_path):
-    from pipeline.manifest import StageRecord
+    from pipeline.core.manifest import StageRecord
 
     first = Manifest.load_or_new(tmp_path / "manifest.json", "p")
     second = Manifest.load_or_new(tmp_path / "manifest.json", "p")

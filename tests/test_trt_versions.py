@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from trt_bindings import VERSIONS as BINDINGS
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from trt.versions import VERSIONS, for_version, trtexec_command
 
 SHAPES = {"ids": ((1, 8), (1, 128), (32, 512))}

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import CapabilityMissing, InputError
+from pipeline.core.errors import CapabilityMissing, InputError
 
 BACKENDS = ("trt", "ort-cuda", "ort-cpu")
 
@@ -19,7 +19,7 @@ def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: 
 
     if provider not in ort.get_available_providers():
         raise CapabilityMissing(f"onnxruntime has no {provider} here")
-    from pipeline.onnxfile import load_onnx
+    from pipeline.core.onnxfile import load_onnx
 
     load_onnx(path, hint="pass an ONNX model, or an artifacts folder with model.opt/fp16/int8.onnx")
     options = ort.SessionOptions()
@@ -89,7 +89,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.fileio import atomic_path
+    from pipeline.core.fileio import atomic_path
 
     labels = list(result["models"])
     rows = [result["models"][label] for label in labels]

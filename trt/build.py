@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.fileio import atomic_path, write_text
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import atomic_path, write_text
 from trt.versions import check_weak_fp16, for_version
 
 Shapes = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.fileio import write_text
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import write_text
 from trt.build import VERBOSITY, BuildPaths, BuildSettings, Shapes, save_engine, use_timing_cache
 from trt.polygraphy_log import polygraphy_log
 from trt.versions import check_weak_fp16, for_version

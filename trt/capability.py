@@ -6,7 +6,7 @@ import os
 import shlex
 from pathlib import Path
 
-from pipeline.devices import cuda_device_present
+from pipeline.core.devices import cuda_device_present
 
 IMAGE = "trt-pipeline"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -25,7 +25,7 @@ def tensorrt_missing() -> str | None:
 
 def profile_argument(profile) -> str | Path:
     """What to pass as --profile in the container: a built-in profile's name, any other profile's file."""
-    from pipeline.profiles import REPO_PROFILES
+    from pipeline.core.profiles import REPO_PROFILES
 
     built_in = profile.source is None or Path(profile.source).resolve().parent == REPO_PROFILES.resolve()
     return profile.name if built_in else Path(profile.source)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import StageFailed
+from pipeline.core.errors import StageFailed
 from trt.polygraphy_log import polygraphy_log
 
 ENGINE, ONNX = "tensorrt", "onnxruntime-fp32"

@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 SHAPE_OPS = frozenset({"Shape", "Size"})

@@ -10,8 +10,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, StageFailed
-from pipeline.fileio import write_json
+from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.fileio import write_json
 from trt.build import capture_logger
 
 

@@ -19,9 +19,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, ProfileError
-from pipeline.fileio import sha256_file
-from pipeline.profiles import Profile
+from pipeline.core.errors import InputError, ProfileError
+from pipeline.core.fileio import sha256_file
+from pipeline.core.profiles import Profile
 
 AUTO_CLASSES = {
     "base": "AutoModel",

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.fileio import atomic_path
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import atomic_path
 
 
 @dataclass
@@ -95,8 +95,8 @@ def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
 def optimize_file(source: Path, target: Path, only: list[str] | None = None, skip: list[str] | None = None) -> OptimizeResult:
     import onnx_ir as ir
 
-    from pipeline.fileio import require_file
-    from pipeline.onnxfile import HINT, check_external_data
+    from pipeline.core.fileio import require_file
+    from pipeline.core.onnxfile import HINT, check_external_data
     from pipeline.optimize.writer import write_model
 
     rules = select_rules(only, skip)

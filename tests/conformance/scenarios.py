@@ -111,7 +111,7 @@ def profile(world: World, workdir: Path) -> dict[str, Any]:
 
 def profile_missing(dropped: dict[str, int] | None):
     def scenario(world: World, workdir: Path) -> dict[str, Any]:
-        from pipeline.errors import StageFailed
+        from pipeline.core.errors import StageFailed
         from trt.run import profile_engine
 
         paths = _built(world, workdir)

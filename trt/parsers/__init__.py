@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from trt.parsers import builder_log, inspector_json, layer_json, polygraphy_inspect
 from trt.parsers.common import REBUILD_DETAILED, LayerInfoParseError, json_problem, loads_json, read_text
 from trt.parsers.profile import TimingRecord, merge_timing, parse_timing

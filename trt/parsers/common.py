@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from trt.plan import MAPPING_METADATA, MAPPING_NAME, MAPPING_RANGE, MYELIN_KERNEL, EnginePlan, Layer, profile_of, without_profile
 
 REBUILD_DETAILED = (
@@ -27,7 +27,7 @@ class LayerInfoParseError(InputError):
 
 def read_text(path: Path, what: str) -> str:
     """The file as text; a missing, empty, binary or non-UTF-8 file is a clear error."""
-    from pipeline.fileio import require_file
+    from pipeline.core.fileio import require_file
 
     data = require_file(path, f"{what} file", f"pass the {what} file TensorRT or trtexec wrote").read_bytes()
     if not data or data.isspace():

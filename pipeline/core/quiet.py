@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.fileio import atomic_path
+from pipeline.core.fileio import atomic_path
 
 
 @contextlib.contextmanager

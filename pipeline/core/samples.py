@@ -6,7 +6,7 @@ from typing import Literal
 
 import numpy as np
 
-from pipeline.profiles import InputSpec, Profile
+from pipeline.core.profiles import InputSpec, Profile
 
 
 def make_inputs(

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 
 TEMP_NAME = re.compile(r"^\.(?P<target>.+)\.[A-Za-z0-9_]{6,}\.tmp$")
 

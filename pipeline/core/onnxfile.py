@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.errors import InputError
-from pipeline.fileio import describe_os_error, require_file
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import describe_os_error, require_file
 
 HINT = "pass an ONNX file written by torch.onnx.export or onnx.save"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import InputError, StageFailed
+from pipeline.core.errors import InputError, StageFailed
 
 
 class OnnxSession:

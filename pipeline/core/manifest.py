@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.errors import InputError
-from pipeline.fileio import describe_os_error, write_json
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import describe_os_error, write_json
 
 Status = Literal["done", "cached", "skipped", "failed", "interrupted", "stale"]
 STAGES = ("export", "optimize", "fp16", "int8", "build", "report", "diff", "bench")

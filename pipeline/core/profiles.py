@@ -15,11 +15,11 @@ from typing import Any, Literal
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from pipeline import DEFAULT_PROFILE
-from pipeline.errors import ProfileError
-from pipeline.fileio import describe_os_error
+from pipeline.core import DEFAULT_PROFILE
+from pipeline.core.errors import ProfileError
+from pipeline.core.fileio import describe_os_error
 
-REPO_PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
 Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
 HfTask = Literal["base", "sequence-classification", "token-classification", "masked-lm", "causal-lm", "image-classification"]
