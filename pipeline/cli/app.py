@@ -1,0 +1,135 @@
+"""The `python -m pipeline` application: the typer app, the consoles, the options and output the
+command groups share, and `main`, which turns every failure into one line and an exit code.
+
+Only light modules are imported here; each command imports its stage's heavy dependencies
+(torch, onnxruntime, modelopt, tensorrt) when it runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from pipeline import __version__, interrupts
+from pipeline.core.errors import PipelineError
+from pipeline.core.text import printable, printable_json
+
+app = typer.Typer(
+    name="pipeline",
+    help=(
+        "PyTorch/ONNX -> TensorRT deployment pipeline with fusion reports.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline build                      # default profile bert-tiny\n\n"
+        "  python -m pipeline build --profile bert-base --until export\n\n"
+        "  python -m pipeline export --exporter torchscript -o bert.onnx"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+console = Console(stderr=True)
+
+
+def stdout_console() -> Console:
+    """Rich output on stdout; 140 columns when piped so tables and paths are not cut."""
+    probe = Console(file=sys.stdout)
+    # bound to the real stdout now: stages capture sys.stdout while third-party code runs
+    return probe if probe.is_terminal else Console(file=sys.stdout, width=140)
+_debug = False
+
+ProfileOption = Annotated[
+    str, typer.Option("--profile", "-p", help="Profile name (profiles/NAME.toml) or path to a .toml file.")
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"trt-pipeline {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    global _debug
+    _debug = debug
+
+def emit(text: str, output: Optional[Path], is_json: bool = False) -> None:
+    """Write a command's result to stdout or `output`; control characters from model or engine
+    names are escaped (in JSON as \\u escapes, so it stays valid)."""
+    text = printable_json(text) if is_json else printable(text)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from pipeline.core.fileio import write_text
+
+    write_text(output, text)
+    console.print(f"wrote {output}", highlight=False, markup=False)
+
+def main() -> None:
+    """Entry point: every failure is one line on stderr and an exit code, unless --debug.
+
+    0 ok; 1 a check failed or a bug (the line says which); 2 bad input or usage; 3 a capability
+    is missing under --strict; 130 interrupted (Ctrl-C).
+    """
+    interrupts.install()
+    try:
+        code = app(standalone_mode=False)
+        if interrupts.interrupted():  # typer turns a KeyboardInterrupt into a silent exit 130
+            _error_line("interrupted")
+            code = interrupts.EXIT_CODE
+    except BaseException as err:  # noqa: BLE001 - each kind is described below, none escapes as a traceback
+        if _debug and not isinstance(err, SystemExit):
+            raise
+        code = _report_failure(err)
+    sys.exit(code or 0)
+
+
+def _report_failure(err: BaseException) -> int:
+    """Print one line for `err`; return the exit code."""
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else 1
+    if interrupts.interrupted() or isinstance(err, (KeyboardInterrupt, typer.Abort)):
+        _error_line("interrupted")
+        return interrupts.EXIT_CODE
+    if isinstance(err, PipelineError):
+        _error_line(str(err))
+        return err.exit_code
+    if isinstance(err, typer.TyperException):  # usage: unknown option, missing argument, bad value
+        context = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(err.format_message() + "\n")
+            return 0
+        command = context.command_path if context is not None else "python -m pipeline"
+        message = err.format_message().replace("Value error, ", "").rstrip(".")
+        _error_line(f"{message} (see `{command} --help`)")
+        return err.exit_code
+    if isinstance(err, OSError):
+        from pipeline.core.fileio import describe_os_error
+
+        _error_line(describe_os_error(err))
+        return 2
+    if isinstance(err, MemoryError):
+        _error_line("out of memory; use a smaller model, batch or sample count, or a machine with more memory")
+        return 1
+    _error_line(f"internal error (a bug in trt-pipeline): {type(err).__name__}: {_first_line(err)}; rerun with --debug and report the traceback")
+    return 1
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def _error_line(message: str) -> None:
+    console.print(f"error: {printable(message)}", markup=False, highlight=False, soft_wrap=True)

@@ -1,0 +1,68 @@
+"""Commands that set a project up: list the packaged profiles, write a starter profile for a Hugging Face model."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.cli.app import app, stdout_console
+from pipeline.core.errors import PipelineError
+
+
+@app.command(
+    help=(
+        "List the packaged profiles (and those in ./profiles): name, model, inputs, description. Use one with "
+        "--profile NAME.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline profiles"
+    )
+)
+def profiles() -> None:
+    from pipeline.core.profiles import describe_profiles
+
+    rows = describe_profiles()
+    width = max(len(r["name"]) for r in rows)
+    lines = [f"{r['name']:<{width}}  {r['model']}  inputs: {r['inputs']}" + (f"\n{'':<{width}}  {r['description']}" if r["description"] else "") for r in rows]
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+class HfTask(str, Enum):
+    base = "base"
+    sequence_classification = "sequence-classification"
+    token_classification = "token-classification"
+    masked_lm = "masked-lm"
+    causal_lm = "causal-lm"
+    image_classification = "image-classification"
+
+
+@app.command(
+    help=(
+        "Write a starter profile for a Hugging Face model: SOURCE is a folder written by save_pretrained, or a "
+        "model_type (random weights from its default config). Inputs come from the model's forward (input_ids, "
+        "attention_mask, token_type_ids; or pixel_values), dims from the config; edit them to your shapes.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline init --hf ./my-checkpoint --task sequence-classification -o my-model.toml\n\n"
+        "  python -m pipeline init --hf bert -o bert.toml"
+    )
+)
+def init(
+    hf: Annotated[str, typer.Option("--hf", help="save_pretrained folder, or a model_type such as bert, gpt2, vit.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (never overwritten).")],
+    task: Annotated[HfTask, typer.Option(help="The head to load.")] = HfTask.base,
+) -> None:
+    if output.exists():
+        raise PipelineError(f"{output} exists; choose another -o or remove it")
+    from pipeline.core.fileio import write_text
+    from pipeline.core.profiles import load_profile
+    from pipeline.models.hf import starter_profile
+
+    name = output.stem if output.suffix == ".toml" else output.name
+    text = starter_profile(hf, task.value, name, output.resolve().parent)
+    write_text(output, text)
+    load_profile(str(output))  # what was written is a valid profile
+    stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",
+                           highlight=False, markup=False)
