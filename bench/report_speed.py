@@ -193,6 +193,8 @@ def readme_table(result: dict, fuzz: dict) -> str:
         f"takes {seconds['cli_help']['median']:.2f} s. Scaling 4,000 -> 40,000 layers: json x{result['scaling']['json']['40000/4000']}, "
         f"text x{result['scaling']['text']['40000/4000']}. Real files: the slowest ({slowest.split('/', 1)[1]}) takes "
         f"{real[slowest]['median']:.2f} s as a whole process and {inner[slowest_inner]['median']:.3f} s in process (parse, report, text).\n"
+        f"Targets met: " + "; ".join(f"{name}: {'yes' if met else 'no'}" for name, met in result["meets_targets"].items())
+        + f" (whole-process time is mostly the CLI's startup: `--help` alone takes {seconds['cli_help']['median']:.2f} s).\n"
         f"\nFuzz run (`bench/fuzz_parsers.py`, results in `bench/results/fuzz_parsers.json`): {fuzz['mutated_inputs']:,} mutated real files and "
         f"{len(fuzz['crafted_inputs'])} crafted inputs up to 20 MB, each parsed, reported, rendered in every format and read as a profile: "
         f"{fuzz['foreign_exceptions']} exceptions other than the project's own, {fuzz['inputs_over_limit']} inputs over {fuzz['limit_seconds']:.0f} s "
