@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, ProfileError, StageFailed
+from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed
 from pipeline.core.fileio import atomic_path, sha256_file
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
@@ -73,7 +73,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     exporter = exporter or profile.export.exporter
     status("building the PyTorch model")
-    module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
+    module, example, dynamic_shapes = build_module(profile)
     input_names = [spec.name for spec in profile.inputs]
     with torch.no_grad():
         output_names = [name for name, _ in flatten_outputs(module(*example), profile)]
@@ -103,6 +103,11 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         status("verifying against torch on onnxruntime (CPU)")
         result = _verify(profile, module, tmp, exporter)
     return result
+
+
+def build_module(profile: Profile) -> tuple[Any, tuple, Any]:
+    """The profile's torch model in eval mode, its example inputs and dynamic shapes (or None)."""
+    return _build_hf(profile) if profile.model.is_hf else _build_model(profile)
 
 
 def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
@@ -279,11 +284,25 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> Ex
                 raise StageFailed(
                     f"export: onnxruntime differs from torch by max_abs_diff={diff:.3g} > tolerance {profile.export.tolerance:g} "
                     f"({exporter} exporter, opset {profile.export.opset}, input shapes {_shapes(feeds)}, output {name!r}); "
-                    "try the other exporter (--exporter) or another opset"
+                    f"{_first_diverging(profile, module, onnx_path, feeds)}; try the other exporter (--exporter) or another opset"
                 )
         checked.append(_shapes(feeds))
     model = onnx.load(str(onnx_path), load_external_data=False)
     return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked, list(expected))
+
+
+def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:
+    """Which torch module the difference starts in (pipeline/divergence.py), for the failure line."""
+    import tempfile
+
+    from pipeline.divergence import compare_to_torch, first_diverging_line
+
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            result, _ = compare_to_torch(profile, onnx_path, feeds, Path(workdir), module)
+    except PipelineError as err:
+        return f"modules not compared ({err})"
+    return first_diverging_line(result)
 
 
 def _shapes(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:

@@ -4,7 +4,8 @@ Both models run on onnxruntime CPU with every intermediate tensor exposed as an 
 Tensors are joined by name; in a Q/DQ model the output of DequantizeLinear(QuantizeLinear(x))
 is compared with x of the reference, so the error a Q/DQ adds shows at that pair. For each
 node of the reference, `growth` is its output's error minus the largest error of its inputs:
-the nodes where the error grows most are where precision is lost.
+the nodes where the error grows most are where precision is lost. Each row names the torch module
+its node came from (pipeline/core/scopes.py), when the export recorded it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError
+from pipeline.core.scopes import module_name, node_scope
 
 MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
 
@@ -29,6 +31,7 @@ class NodeError:
     input_error: float
     growth: float
     qdq: str | None  # the candidate's Q/DQ on this output, when the comparison goes through one
+    module: str  # the torch module the node came from ("" when the export did not record it)
 
 
 def _expose_all(path: Path, target: Path) -> list[str]:
@@ -53,7 +56,8 @@ def _expose_all(path: Path, target: Path) -> list[str]:
     return names + sorted(existing)
 
 
-def _run_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, list[np.ndarray]]:
+def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, list[np.ndarray]]:
+    """Every float tensor the model computes (and its outputs), per feed set, as float64, by name."""
     import onnxruntime as ort
 
     exposed = workdir / f"{path.stem}.all.onnx"
@@ -98,7 +102,7 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
     from pipeline.core.onnxfile import load_onnx
 
     ref_model, cand_model = load_onnx(reference), load_onnx(candidate)
-    a, b = _run_all(reference, feed_sets, workdir), _run_all(candidate, feed_sets, workdir)
+    a, b = run_exposing_all(reference, feed_sets, workdir), run_exposing_all(candidate, feed_sets, workdir)
     # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
     producer = {o: n for n in cand_model.graph.node for o in n.output}
     stands_for, pair_of = {}, {}
@@ -126,7 +130,8 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         error = max(errors[t] for t in outs)
         base = max(inputs, default=0.0)
         worst = max(outs, key=lambda t: errors[t])
-        rows.append(NodeError(node.name, node.op_type, worst, error, base, error - base, pair_of.get(worst)))
+        scope = module_name(node_scope(node.name, {p.key: p.value for p in node.metadata_props}))
+        rows.append(NodeError(node.name, node.op_type, worst, error, base, error - base, pair_of.get(worst), scope))
     rows.sort(key=lambda r: r.growth, reverse=True)
     outputs = {o.name: errors.get(o.name) for o in ref_model.graph.output}
     return {"reference": str(reference), "candidate": str(candidate), "feeds": len(feed_sets), "compared_tensors": len(errors),

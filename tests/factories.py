@@ -61,3 +61,33 @@ def small_mlp():
 def tiny_mlp_with_dynamic_shapes():
     """Returns (module, example_inputs, dynamic_shapes) with the shapes keyed by forward's argument name."""
     return tiny_mlp(), (torch.randn(3, 8),), {"input": {0: torch.export.Dim("batch", min=1, max=16)}}
+
+
+def _broken_while_exporting(model: nn.Module, module: str, offset: float) -> nn.Module:
+    """`model` whose submodule `module` adds `offset` to its output only while an ONNX export traces it:
+    the export differs from torch from that module on, which `compare --torch` must find."""
+    target = model.get_submodule(module)
+    forward = target.forward
+
+    def broken(*args, **kwargs):
+        output = forward(*args, **kwargs)
+        return output + offset if torch.onnx.is_in_onnx_export() else output
+
+    target.forward = broken
+    return model
+
+
+def bert_tiny_broken(module: str = "encoder.layers.3.pos_ff.dense", offset: float = 1.0, **kwargs):
+    """The built-in bert-tiny (kwargs of pipeline.models.bert:sentence_pair_matcher) with one broken module."""
+    from pipeline.models.bert import sentence_pair_matcher
+
+    return _broken_while_exporting(sentence_pair_matcher(**kwargs), module, offset)
+
+
+def hf_bert_broken(module: str = "encoder.layer.1.intermediate.dense", offset: float = 0.05):
+    """A Hugging Face BertModel from a small random config, with one broken module."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, max_position_embeddings=64)
+    return _broken_while_exporting(BertModel(config).eval(), module, offset)

@@ -7,11 +7,11 @@ dynamo exporter's `pkg.torch.onnx.name_scopes` metadata, else from TorchScript-s
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import InputError
+from pipeline.core.scopes import node_scope
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -74,28 +74,5 @@ def load_onnx_graph(path: Path | str) -> OnnxGraph:
     for index, proto in enumerate(model.graph.node):
         name = proto.name or f"{proto.op_type}_{index}"
         metadata = {p.key: p.value for p in proto.metadata_props}
-        nodes.append(Node(name, proto.op_type, list(proto.input), list(proto.output), _scope(name, metadata)))
+        nodes.append(Node(name, proto.op_type, list(proto.input), list(proto.output), node_scope(name, metadata)))
     return OnnxGraph(str(path), nodes, {init.name for init in model.graph.initializer})
-
-
-def scope_of_name(name: str) -> tuple[str, ...]:
-    """TorchScript-style `/a/b.0/c/Op_1` -> ('a', 'b.0', 'c'); other names have no scope."""
-    if not name.startswith("/"):
-        return ()
-    return tuple(part for part in name.strip("/").split("/")[:-1] if part)
-
-
-def _scope(name: str, metadata: dict[str, str]) -> tuple[str, ...]:
-    scopes = metadata.get("pkg.torch.onnx.name_scopes")
-    if scopes:
-        try:
-            paths = [p for p in ast.literal_eval(scopes) if isinstance(p, str)]
-        except (ValueError, SyntaxError):
-            paths = []
-        modules = paths[1:-1]  # drop the root '' and the FX node's own name
-        parts, previous = [], ""
-        for module in modules:
-            parts.append(module[len(previous) + 1 :] if previous and module.startswith(previous + ".") else module)
-            previous = module
-        return tuple(parts)
-    return scope_of_name(name)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from pipeline.core.scopes import scope_of_name
 from trt.fusion_map import report_map
-from trt.onnx_graph import DATA_MOVEMENT_OPS, QDQ_OPS, OnnxGraph, scope_of_name
+from trt.onnx_graph import DATA_MOVEMENT_OPS, QDQ_OPS, OnnxGraph
 from trt.plan import MAPPING_RANGE, EnginePlan, Layer, Region, paused_gc
 
 ROOT = "(root)"

@@ -53,37 +53,75 @@ def lint_qdq(
 
 @app.command(
     help=(
-        "Run two models of one network (e.g. FP32 and INT8) with every intermediate tensor exposed and list the "
-        "nodes where the error grows most: which Q/DQ or FP16 conversion costs accuracy. Inputs: --inputs FILE.npz "
-        "(one array per input, samples on axis 0) or synthetic samples from --profile.\n\n"
+        "Find where two executions of one network part: A (the reference) and B run with every intermediate tensor "
+        "exposed, listing the nodes where the error grows most (which Q/DQ or FP16 conversion costs accuracy), each "
+        "with the torch module it came from. With --torch, A is the profile's torch model and B the ONNX file: "
+        "every submodule is compared with the ONNX tensor it maps to, in the order the modules run, and the first "
+        "over the export tolerance is named. Inputs: --inputs FILE.npz (one array per input, samples on axis 0) or "
+        "synthetic samples from --profile.\n\n"
         "Examples:\n\n"
         "  python -m pipeline compare model.opt.onnx model.int8.onnx --profile bert-tiny\n\n"
-        "  python -m pipeline compare a.onnx b.onnx --inputs feeds.npz --format json -o divergence.json"
+        "  python -m pipeline compare a.onnx b.onnx --inputs feeds.npz --format json -o divergence.json\n\n"
+        "  python -m pipeline compare --torch model.onnx --profile bert-tiny --dump modules/"
     )
 )
 def compare(
-    reference: Annotated[Path, typer.Argument(help="Reference model (usually FP32).")],
-    candidate: Annotated[Path, typer.Argument(help="Model to check (FP16, INT8, ...).")],
+    reference: Annotated[Path, typer.Argument(help="A: the reference model (usually FP32); with --torch, the ONNX file to check.")],
+    candidate: Annotated[Optional[Path], typer.Argument(help="B: the model to check (FP16, INT8, ...); not with --torch.")] = None,
+    torch_model: Annotated[bool, typer.Option("--torch", help="Compare the ONNX file with the profile's torch model, module by module.")] = False,
     inputs: Annotated[Optional[Path], typer.Option(help="Inputs .npz: one array per model input, samples on axis 0.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from.")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from (with --torch: the model; default bert-tiny).")] = None,
     samples: Annotated[int, typer.Option(min=1, max=256, help="Synthetic samples (with --profile).")] = 4,
     top: Annotated[int, typer.Option(min=1, help="Nodes to list.")] = 15,
+    dump: Annotated[Optional[Path], typer.Option(help="With --torch: write each module's inputs and outputs to DIR/<module>.npz.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
     import json
+
+    from pipeline.core.fileio import check_outputs
+
+    if fmt not in ("text", "json"):
+        raise PipelineError(f"--format {fmt!r}: use text or json")
+    if torch_model:
+        if candidate is not None:
+            raise PipelineError(f"compare --torch takes one ONNX file (the torch model comes from --profile); drop {candidate}")
+        check_outputs([output], [reference, inputs])
+        result = _compare_torch(reference, profile or DEFAULT_PROFILE, inputs, dump)
+        if fmt == "json":
+            emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
+        else:
+            emit(_torch_table(result), output)
+        return
+    if candidate is None:
+        raise PipelineError("compare: give two ONNX files (A, the reference, then B), or one with --torch")
+    if dump is not None:
+        raise PipelineError("--dump writes the torch modules' inputs and outputs: use it with --torch")
+    if (inputs is None) == (profile is None):
+        raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
+    check_outputs([output], [reference, candidate, inputs])
+    result = _compare_onnx(reference, candidate, inputs, profile, samples)
+    if fmt == "json":
+        emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
+        return
+    rows = result["nodes"][:top]
+    wheres = [f"{row['node']} -> {row['qdq']}" if row["qdq"] else row["node"] for row in rows]
+    width = max([len("node (-> the Q/DQ on its output)"), *map(len, wheres)])
+    module_width = max([len("module"), *(len(row["module"]) for row in rows)])
+    lines = [f"A {reference} vs B {candidate}: {result['compared_tensors']} tensors compared on {result['feeds']} inputs",
+             "output error (max |B-A| / max |A|): " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in result["outputs"].items()),
+             f"{'node (-> the Q/DQ on its output)':<{width}}  {'module':<{module_width}}  {'op':<20} {'input err':>10} {'output err':>10} {'growth':>10}"]
+    for where, row in zip(wheres, rows):
+        lines.append(f"{where:<{width}}  {row['module'] or '-':<{module_width}}  {row['op_type']:<20} {row['input_error']:>10.3g} {row['error']:>10.3g} {row['growth']:>10.3g}")
+    emit("\n".join(lines) + "\n", output)
+
+
+def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> dict:
     import tempfile
 
     from quant.calibration import load_npz, model_inputs, split, synthetic
     from quant.compare import compare_models
 
-    if fmt not in ("text", "json"):
-        raise PipelineError(f"--format {fmt!r}: use text or json")
-    if (inputs is None) == (profile is None):
-        raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
-    from pipeline.core.fileio import check_outputs
-
-    check_outputs([output], [reference, candidate, inputs])
     if inputs is not None:
         feeds = split(load_npz(inputs, model_inputs(reference)), 1)
     else:
@@ -92,17 +130,56 @@ def compare(
         loaded = load_profile(profile)
         feeds = split(synthetic(loaded, samples, seed=30_000), loaded.shape(loaded.inputs[0])[0])
     with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every tensor exposed"):
-        result = compare_models(reference, candidate, feeds, Path(workdir))
-    if fmt == "json":
-        emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
-        return
-    lines = [f"{candidate} vs {reference}: {result['compared_tensors']} tensors compared on {result['feeds']} inputs",
-             "output error (max |b-a| / max |a|): " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in result["outputs"].items()),
-             f"{'node (-> the Q/DQ on its output)':<48} {'op':<20} {'input err':>10} {'output err':>10} {'growth':>10}"]
-    for row in result["nodes"][:top]:
-        where = f"{row['node']} -> {row['qdq']}" if row["qdq"] else row["node"]
-        lines.append(f"{where[:48]:<48} {row['op_type']:<20} {row['input_error']:>10.3g} {row['error']:>10.3g} {row['growth']:>10.3g}")
-    emit("\n".join(lines) + "\n", output)
+        return compare_models(reference, candidate, feeds, Path(workdir))
+
+
+def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> dict:
+    import tempfile
+
+    from pipeline.core.onnxfile import load_onnx
+    from pipeline.core.profiles import load_profile
+    from pipeline.core.samples import make_inputs
+    from pipeline.divergence import compare_to_torch, dump_modules
+    from quant.calibration import load_npz, model_inputs
+
+    loaded = load_profile(profile)
+    if not loaded.model.from_pytorch:
+        raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file, so there is no torch model to compare; pass the profile of the export")
+    load_onnx(onnx_path)
+    if inputs is not None:
+        data = load_npz(inputs, model_inputs(onnx_path))
+        feeds = {spec.name: data[spec.name][:1] for spec in loaded.inputs if spec.name in data}
+        if len(feeds) != len(loaded.inputs):
+            raise PipelineError(f"{inputs}: has {sorted(data)}, profile {loaded.name} takes {[spec.name for spec in loaded.inputs]}; give one array per input")
+    else:
+        feeds = make_inputs(loaded, seed=30_000)
+    with tempfile.TemporaryDirectory() as workdir, console.status("running torch with a hook on every module, and the ONNX model with every tensor exposed"):
+        result, captures = compare_to_torch(loaded, onnx_path, feeds, Path(workdir))
+    if dump is not None:
+        written = dump_modules(captures, dump)
+        console.print(f"wrote {len(written)} module dumps to {dump}", highlight=False, markup=False)
+    return result
+
+
+def _torch_table(result: dict) -> str:
+    rows = result["rows"]
+    width = max([len("module"), *(len(r["module"]) for r in rows)])
+    kind_width = max([len("class"), *(len(r["kind"]) for r in rows)])
+    first = result["first_diverging"]
+    lines = [f"torch ({result['profile']}) vs {result['onnx']}: {result['mapped']} of {result['modules']} modules mapped to an ONNX tensor; "
+             f"tolerance {result['tolerance']:g} (max |onnx - torch|)",
+             f"first diverging module: {first['module']} ({first['kind']}, max_abs_diff {first['max_abs_diff']:.3g})" if first
+             else "no mapped module exceeds the tolerance",
+             f"{'module':<{width}}  {'class':<{kind_width}}  {'max abs':>9} {'relative':>9}  tensor / note"]
+    for r in rows:
+        mark = " <- over tolerance" if r["max_abs_diff"] is not None and not r["max_abs_diff"] <= result["tolerance"] else ""
+        if r["tensor"] is None:
+            lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {r['note']}")
+        else:
+            relative = f"{r['relative']:9.2e}" if r["relative"] is not None else f"{'-':>9}"
+            note = f" ({r['note']})" if r["note"] else ""
+            lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {r['max_abs_diff']:9.2e} {relative}  {r['tensor']}{note}{mark}")
+    return "\n".join(lines) + "\n"
 
 
 class Backend(str, Enum):

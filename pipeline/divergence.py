@@ -1,0 +1,166 @@
+"""Where an exported model first departs from torch, in the torch model's own terms.
+
+The torch model runs with a forward hook on every submodule, capturing what each returns (and,
+for a dump, what it was given); the ONNX model runs on onnxruntime with every intermediate float
+tensor exposed (quant/compare.py). A module maps to a tensor through the scope each ONNX node
+records (pipeline/core/scopes.py): among the nodes of the module and its children, the last in
+graph order with an output of the module's output shape gives the module's output. Modules are
+listed in the order they finish in torch (children before their parent), so the first one over
+the tolerance is where the export first goes wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import InputError
+from pipeline.core.profiles import Profile
+from pipeline.core.scopes import NAME_SCOPES_KEY, module_name, node_scope
+
+
+@dataclass(frozen=True)
+class ModuleError:
+    module: str  # qualified name, as named_modules() gives it
+    kind: str  # the module's class
+    tensor: str | None  # the ONNX tensor compared; None when the module is not mapped
+    shape: list[int]
+    max_abs_diff: float | None
+    relative: float | None  # max_abs_diff / max |torch|
+    note: str  # why not mapped, or that a module ran several times ("" otherwise)
+
+
+@dataclass
+class Capture:
+    kind: str
+    calls: int
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+
+
+def capture_modules(module: Any, feeds: dict[str, np.ndarray]) -> dict[str, Capture]:
+    """Run `module` on `feeds` (in order) with a hook on every submodule; what each got and returned,
+    first call, in the order the modules finished."""
+    import torch
+
+    captured: dict[str, Capture] = {}
+
+    def hook(name: str):
+        def record(sub, args, kwargs, output) -> None:
+            if name in captured:
+                captured[name].calls += 1
+                return
+            tensors_in = [*_tensors(args), *_tensors(kwargs)]
+            captured[name] = Capture(type(sub).__name__, 1, tensors_in, _tensors(output))
+        return record
+
+    handles = [sub.register_forward_hook(hook(name), with_kwargs=True) for name, sub in module.named_modules() if name]
+    try:
+        with torch.no_grad():
+            module(*(torch.from_numpy(a) for a in feeds.values()))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured
+
+
+def _tensors(value: Any) -> list[np.ndarray]:
+    """The tensors in an argument or output (tuples, lists, dicts and ModelOutputs flattened in order)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value.detach().cpu().numpy()]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [a for item in value for a in _tensors(item)]
+    return []
+
+
+def module_outputs(onnx_path: Path) -> dict[str, list[tuple[str, int]]]:
+    """Per module qualified name: the outputs (tensor, graph position) of the nodes in its scope or its children's."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    by_module: dict[str, list[tuple[str, int]]] = {}
+    for position, node in enumerate(model.graph.node):
+        scope = node_scope(node.name, {p.key: p.value for p in node.metadata_props})
+        for depth in range(1, len(scope) + 1):
+            by_module.setdefault(module_name(scope[:depth]), []).extend((t, position) for t in node.output if t)
+    return by_module
+
+
+def compare_to_torch(profile: Profile, onnx_path: Path, feeds: dict[str, np.ndarray], workdir: Path,
+                     module: Any = None) -> tuple[dict[str, Any], dict[str, Capture]]:
+    """Per torch module, the error of the ONNX tensor it maps to (`first_diverging`: the first over the
+    profile's export tolerance), and what each module got and returned. `module` is the torch model
+    (built from the profile if None); `feeds` are in the profile's input order."""
+    from pipeline.export import build_module
+    from quant.compare import run_exposing_all
+
+    module = module if module is not None else build_module(profile)[0]
+    captures = capture_modules(module, feeds)
+    values = {name: runs[0] for name, runs in run_exposing_all(onnx_path, [feeds], workdir).items()}
+    scopes = module_outputs(onnx_path)
+    if not any(scopes.values()):
+        raise InputError(f"{onnx_path}: no node records the torch module it came from (no `{NAME_SCOPES_KEY}` metadata and no "
+                         "`/module/...` node names), so modules cannot be compared; compare a file written by our export stage")
+    rows = [_compare_module(name, capture, scopes.get(name, []), values) for name, capture in captures.items()]
+    tolerance = profile.export.tolerance
+    first = next((r for r in rows if r.max_abs_diff is not None and not r.max_abs_diff <= tolerance), None)
+    return {
+        "onnx": str(onnx_path), "profile": profile.name, "tolerance": tolerance,
+        "modules": len(rows), "mapped": sum(r.tensor is not None for r in rows),
+        "first_diverging": asdict(first) if first else None,
+        "rows": [asdict(r) for r in rows],
+    }, captures
+
+
+def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]], values: dict[str, np.ndarray]) -> ModuleError:
+    note = f"ran {capture.calls} times: the first call is compared" if capture.calls > 1 else ""
+    if not capture.outputs:
+        return ModuleError(name, capture.kind, None, [], None, None, "returned no tensor")
+    want = capture.outputs[0]
+    if not np.issubdtype(want.dtype, np.floating):
+        return ModuleError(name, capture.kind, None, list(want.shape), None, None, f"returns {want.dtype}, not a float tensor")
+    if not outputs:
+        return ModuleError(name, capture.kind, None, list(want.shape), None, None, "no ONNX node records this module (folded away, or an identity)")
+    for tensor, _ in sorted(outputs, key=lambda item: item[1], reverse=True):
+        got = values.get(tensor)
+        if got is not None and got.shape == want.shape:
+            diff = float(np.max(np.abs(got - want.astype(np.float64)))) if want.size else 0.0
+            scale = float(np.max(np.abs(want))) if want.size else 0.0
+            return ModuleError(name, capture.kind, tensor, list(want.shape), diff, diff / scale if scale else None, note)
+    return ModuleError(name, capture.kind, None, list(want.shape), None, None, f"none of its {len(outputs)} ONNX tensors has its output shape {list(want.shape)}")
+
+
+def first_diverging_line(result: dict[str, Any]) -> str:
+    """One phrase for an error message: the first module over the tolerance, or why none was found."""
+    first = result["first_diverging"]
+    if first is None:
+        return f"no mapped module exceeds it ({result['mapped']} of {result['modules']} modules mapped)"
+    return (f"first diverging module: {first['module']} ({first['kind']}, tensor {first['tensor']!r}, max_abs_diff {first['max_abs_diff']:.3g}); "
+            f"see `python -m pipeline compare --torch`")
+
+
+def dump_modules(captures: dict[str, Capture], folder: Path) -> list[Path]:
+    """One npz per module (inputs as input_0.., outputs as output_0..; plain arrays, no pickle)."""
+    from pipeline.core.fileio import atomic_path
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, capture in captures.items():
+        target = folder / f"{_file_name(name)}.npz"
+        arrays = {f"input_{i}": a for i, a in enumerate(capture.inputs)} | {f"output_{i}": a for i, a in enumerate(capture.outputs)}
+        with atomic_path(target) as tmp, open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+        written.append(target)
+    return written
+
+
+def _file_name(module: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", module)

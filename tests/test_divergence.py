@@ -1,0 +1,134 @@
+"""`compare --torch`: where an export first departs from torch, named by torch module, on the
+built-in BERT and on a Hugging Face BERT with one module broken only while exporting
+(tests/factories.py), and on correct exports; the export stage's failure names that module;
+--dump round-trips; the ONNX-vs-ONNX `compare` output."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, run_cli, write_profile
+
+from pipeline.core.profiles import load_profile
+from pipeline.export import export_model
+
+BROKEN = "encoder.layers.3.pos_ff.dense"  # the default of factories.bert_tiny_broken
+HF_BROKEN = "encoder.layer.1.intermediate.dense"
+
+
+def bert_profile(tmp_path, factory: str, tolerance: float = 1e-4, name: str = "p.toml") -> str:
+    """bert-tiny's profile, 4 layers, with another factory and export tolerance."""
+    text = (REPO / "profiles" / "bert-tiny.toml").read_text()
+    text = text.replace('factory = "pipeline.models.bert:sentence_pair_matcher"', f'factory = "{factory}"').replace("layers = 12", "layers = 4")
+    text = text.replace('name = "bert-tiny"', f'name = "{name.removesuffix(".toml")}"') + f"tolerance = {tolerance}\n"
+    return str(write_profile(tmp_path, text, name))
+
+
+def hf_profile(tmp_path, tolerance: float = 1e-4, name: str = "hf.toml") -> str:
+    text = (f'name = "{name.removesuffix(".toml")}"\n[model]\nfactory = "factories:hf_bert_broken"\n'
+            "[dims.batch]\nmin = 1\nopt = 2\nmax = 4\n[dims.seq]\nmin = 4\nopt = 16\nmax = 32\n"
+            '[[inputs]]\nname = "input_ids"\ndtype = "int64"\nshape = ["batch", "seq"]\nrange = [0, 512]\n'
+            '[[inputs]]\nname = "attention_mask"\ndtype = "int64"\nshape = ["batch", "seq"]\nfill = "mask"\n'
+            f"[export]\ntolerance = {tolerance}\n")
+    return str(write_profile(tmp_path, text, name))
+
+
+def compare_torch(onnx_path, profile, *extra):
+    result = run_cli("compare", "--torch", str(onnx_path), "--profile", profile, "-f", "json", *extra)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def first_over(rows, tolerance):
+    return next(r["module"] for r in rows if r["max_abs_diff"] is not None and r["max_abs_diff"] > tolerance)
+
+
+@pytest.fixture(scope="module")
+def broken_bert(tmp_path_factory):
+    """The broken model exported under a loose tolerance (so the file exists), and the strict profile."""
+    folder = tmp_path_factory.mktemp("broken")
+    path = folder / "broken.onnx"
+    export_model(load_profile(bert_profile(folder, "factories:bert_tiny_broken", tolerance=10.0, name="loose.toml")), path)
+    return path, bert_profile(folder, "factories:bert_tiny_broken", name="strict.toml")
+
+
+def test_the_broken_module_is_the_first_diverging_one(broken_bert):
+    path, strict = broken_bert
+    result = compare_torch(path, strict)
+    assert result["first_diverging"]["module"] == BROKEN == first_over(result["rows"], result["tolerance"])
+    before = [r for r in result["rows"][: [r["module"] for r in result["rows"]].index(BROKEN)] if r["max_abs_diff"] is not None]
+    assert before and all(r["max_abs_diff"] <= result["tolerance"] for r in before), "modules that ran earlier agree with torch"
+
+
+def test_the_export_stage_failure_names_the_first_diverging_module(tmp_path):
+    result = run_cli("export", "--profile", bert_profile(tmp_path, "factories:bert_tiny_broken"), "-o", str(tmp_path / "m.onnx"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert "max_abs_diff" in line and f"first diverging module: {BROKEN} (Linear" in line and len(line.splitlines()) == 1
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_correct_export_agrees_module_by_module(tmp_path, exporter):
+    profile = bert_profile(tmp_path, "pipeline.models.bert:sentence_pair_matcher")
+    path = tmp_path / "m.onnx"
+    export_model(load_profile(profile), path, exporter=exporter)
+    result = compare_torch(path, profile)
+    assert result["first_diverging"] is None and result["mapped"] == result["modules"] > 50
+    assert all(r["max_abs_diff"] <= result["tolerance"] for r in result["rows"])
+
+
+def test_hf_bert_broken_module_is_found(tmp_path):
+    pytest.importorskip("transformers")
+    path = tmp_path / "hf.onnx"
+    export_model(load_profile(hf_profile(tmp_path, tolerance=10.0, name="loose.toml")), path)
+    result = compare_torch(path, hf_profile(tmp_path, name="strict.toml"))
+    assert result["first_diverging"]["module"] == HF_BROKEN == first_over(result["rows"], result["tolerance"])
+    unmapped = [r for r in result["rows"] if r["tensor"] is None]
+    assert all(r["note"] for r in unmapped), "every module not mapped says why"
+
+
+def test_dump_round_trips_a_module(broken_bert, tmp_path):
+    path, strict = broken_bert
+    compare_torch(path, strict, "--dump", str(tmp_path / "dump"))
+    module = load_profile(strict)
+    from pipeline.export import build_module
+
+    model = build_module(module)[0]
+    name = "encoder.layers.0.pos_ff.dense"
+    with np.load(tmp_path / "dump" / f"{name}.npz", allow_pickle=False) as data:
+        inputs, outputs = data["input_0"], data["output_0"]
+    with torch.no_grad():
+        again = model.get_submodule(name)(torch.from_numpy(inputs)).numpy()
+    np.testing.assert_allclose(again, outputs, rtol=1e-6, atol=1e-6)
+
+
+def test_compare_torch_bad_inputs(broken_bert, tmp_path):
+    path, strict = broken_bert
+    both = run_cli("compare", "--torch", str(path), str(path), "--profile", strict)
+    assert both.returncode == 2 and "compare --torch takes one ONNX file" in both.stderr
+    dump_alone = run_cli("compare", str(path), str(path), "--profile", strict, "--dump", str(tmp_path / "d"))
+    assert dump_alone.returncode == 2 and "--dump writes the torch modules' inputs and outputs: use it with --torch" in dump_alone.stderr
+    assert not (tmp_path / "d").exists()
+
+
+# ---------------------------------------------------------------- ONNX vs ONNX
+
+
+def test_compare_header_in_argument_order_full_names_and_modules(broken_bert, tmp_path):
+    """A is the first argument; node names are never cut; each row names its torch module."""
+    path, strict = broken_bert
+    optimized = tmp_path / "opt.onnx"
+    assert run_cli("optimize", str(path), "-o", str(optimized)).returncode == 0
+    result = run_cli("compare", str(optimized), str(path), "--profile", strict, "--top", "40")
+    assert result.returncode == 0, result.stderr
+    header, _, columns, *rows = result.stdout.splitlines()
+    assert header.startswith(f"A {optimized} vs B {path}:")
+    assert "module" in columns
+    import onnx
+
+    names = {n.name for n in onnx.load(str(optimized), load_external_data=False).graph.node}
+    listed = [row.split()[0] for row in rows]
+    assert listed and all(name in names for name in listed), "every listed node name is whole"
+    assert any(".layers." in row.split()[1] for row in rows), "rows name the torch module"
