@@ -20,7 +20,7 @@ import numpy as np
 
 from pipeline.core.errors import InputError
 from pipeline.core.profiles import Profile
-from pipeline.core.scopes import NAME_SCOPES_KEY, module_name, node_scope
+from pipeline.core.scopes import NAME_SCOPES_KEY, inline_functions_proto, module_name, node_scope
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def module_outputs(onnx_path: Path) -> dict[str, list[tuple[str, int]]]:
     """Per module qualified name: the outputs (tensor, graph position) of the nodes in its scope or its children's."""
     import onnx
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
+    model = inline_functions_proto(onnx.load(str(onnx_path), load_external_data=False))
     by_module: dict[str, list[tuple[str, int]]] = {}
     for position, node in enumerate(model.graph.node):
         scope = node_scope(node.name, {p.key: p.value for p in node.metadata_props})
@@ -128,7 +128,7 @@ def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]],
     if not np.issubdtype(want.dtype, np.floating):
         return ModuleError(name, capture.kind, None, list(want.shape), None, None, f"returns {want.dtype}, not a float tensor")
     if not outputs:
-        return ModuleError(name, capture.kind, None, list(want.shape), None, None, "no ONNX node records this module (folded away, or an identity)")
+        return ModuleError(name, capture.kind, None, list(want.shape), None, None, "no ONNX node records this module (folded away, an identity, or inside a module exported as a function)")
     for tensor, _ in sorted(outputs, key=lambda item: item[1], reverse=True):
         got = values.get(tensor)
         if got is not None and got.shape == want.shape:

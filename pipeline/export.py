@@ -66,14 +66,19 @@ def factory_fingerprint(profile: Profile) -> dict[str, Any]:
     }
 
 
-def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None) -> ExportResult:
-    """Export the profile's model to `output` (atomically) and check it against torch."""
+def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None,
+                 functions: list[str] | None = None) -> ExportResult:
+    """Export the profile's model to `output` (atomically) and check it against torch. `functions`:
+    module class names exported as ONNX local functions (TorchScript exporter), one call per instance."""
     import torch
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     exporter = exporter or profile.export.exporter
+    if functions and exporter != "torchscript":
+        raise InputError("--functions needs --exporter torchscript: torch's dynamo exporter does not export modules as ONNX functions")
     status("building the PyTorch model")
     module, example, dynamic_shapes = build_module(profile)
+    function_classes = _function_classes(module, functions or [])
     input_names = [spec.name for spec in profile.inputs]
     with torch.no_grad():
         output_names = [name for name, _ in flatten_outputs(module(*example), profile)]
@@ -97,12 +102,53 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                     torch.onnx.export(
                         module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
                         input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
+                        export_modules_as_functions=function_classes or False,
                     )
+                    if function_classes:
+                        _stamp_function_calls(tmp, module, example, function_classes)
         except Exception as err:
             raise _unsupported_operator(err, module, example, exporter, profile) from err
         status("verifying against torch on onnxruntime (CPU)")
         result = _verify(profile, module, tmp, exporter)
     return result
+
+
+def _function_classes(module: Any, names: list[str]) -> set[type]:
+    """The submodule classes named in `names` (an unknown name is an error listing the model's classes)."""
+    classes = {type(sub).__name__: type(sub) for _, sub in module.named_modules()}
+    unknown = [name for name in names if name not in classes]
+    if unknown:
+        raise InputError(f"--functions {','.join(unknown)}: no submodule of that class; the model's classes are {', '.join(sorted(classes))}")
+    return {classes[name] for name in names}
+
+
+def _stamp_function_calls(onnx_path: Path, module: Any, example: tuple, classes: set[type]) -> None:
+    """Give each function call node the module path of the instance it stands for (as the dynamo
+    exporter's `name_scopes` metadata), so the module survives inlining: TorchScript names a call
+    after its last operator's scope and the function body's nodes carry no scope at all."""
+    import onnx
+    import torch
+
+    from pipeline.core.scopes import NAME_SCOPES_KEY
+
+    ran: list[str] = []
+    handles = [sub.register_forward_pre_hook(lambda _, __, name=name: ran.append(name)) for name, sub in module.named_modules() if type(sub) in classes]
+    try:
+        with torch.no_grad():
+            module(*example)
+    finally:
+        for handle in handles:
+            handle.remove()
+    model = onnx.load(str(onnx_path))
+    function_names = {f.name for f in model.functions}
+    calls = [node for node in model.graph.node if node.op_type in function_names]
+    if len(calls) != len(ran):
+        return  # a module called in a way tracing flattened: leave the calls as TorchScript named them
+    for node, name in zip(calls, ran):
+        parts = name.split(".")
+        scopes = ["", *(".".join(parts[: i + 1]) for i in range(len(parts))), node.op_type]
+        node.metadata_props.add(key=NAME_SCOPES_KEY, value=repr(scopes))
+    onnx.save(model, str(onnx_path))
 
 
 def build_module(profile: Profile) -> tuple[Any, tuple, Any]:

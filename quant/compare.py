@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError
-from pipeline.core.scopes import module_name, node_scope
+from pipeline.core.scopes import inline_functions_proto, module_name, node_scope
 
 MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
 
@@ -40,7 +40,7 @@ def _expose_all(path: Path, target: Path) -> list[str]:
 
     from pipeline.core.onnxfile import load_onnx
 
-    model = load_onnx(path, weights=True)
+    model = inline_functions_proto(load_onnx(path, weights=True))  # tensors inside functions cannot be outputs
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
     existing = {o.name for o in model.graph.output}
@@ -101,7 +101,7 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
 
     from pipeline.core.onnxfile import load_onnx
 
-    ref_model, cand_model = load_onnx(reference), load_onnx(candidate)
+    ref_model, cand_model = inline_functions_proto(load_onnx(reference)), inline_functions_proto(load_onnx(candidate))
     a, b = run_exposing_all(reference, feed_sets, workdir), run_exposing_all(candidate, feed_sets, workdir)
     # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
     producer = {o: n for n in cand_model.graph.node for o in n.output}

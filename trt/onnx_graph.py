@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import InputError
-from pipeline.core.scopes import node_scope
+from pipeline.core.scopes import inline_functions_proto, node_scope
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -70,6 +70,7 @@ def load_onnx_graph(path: Path | str) -> OnnxGraph:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:  # protobuf's DecodeError and friends
         raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__}); pass the .onnx the engine was built from") from err
+    model = inline_functions_proto(model)  # TensorRT's parser inlines local functions: so do we
     nodes = []
     for index, proto in enumerate(model.graph.node):
         name = proto.name or f"{proto.op_type}_{index}"

@@ -110,7 +110,8 @@ def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Op
         "Export the profile's PyTorch model to ONNX and verify it against torch on onnxruntime (CPU).\n\n"
         "Examples:\n\n"
         "  python -m pipeline export -o model.onnx\n\n"
-        "  python -m pipeline export --profile bert-tiny --exporter torchscript -o bert_ts.onnx"
+        "  python -m pipeline export --profile bert-tiny --exporter torchscript -o bert_ts.onnx\n\n"
+        "  python -m pipeline export --exporter torchscript --functions EncoderLayer -o bert_fn.onnx"
     )
 )
 def export(
@@ -119,6 +120,7 @@ def export(
     exporter: Annotated[
         Optional[Exporter], typer.Option(help="Override the profile's exporter [default: from the profile].")
     ] = None,
+    functions: Annotated[Optional[str], typer.Option(help="Module classes to export as ONNX local functions, comma-separated (TorchScript exporter), e.g. EncoderLayer.")] = None,
 ) -> None:
     from pipeline.core.fileio import check_outputs
     from pipeline.core.profiles import load_profile
@@ -129,7 +131,8 @@ def export(
     if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
     with console.status(f"exporting {loaded.name}") as spinner:
-        result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update)
+        result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update,
+                              functions=[n.strip() for n in functions.split(",") if n.strip()] if functions else None)
     stdout_console().print(
         f"wrote {output}: {result.nodes} nodes, {result.exporter} exporter, opset {result.opset}, "
         f"max_abs_diff vs torch {result.max_abs_diff:.2e}",

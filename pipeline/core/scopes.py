@@ -41,3 +41,40 @@ def node_scope(name: str, metadata: dict[str, str]) -> tuple[str, ...]:
 def module_name(scope: tuple[str, ...]) -> str:
     """The qualified module name of a scope ('' for the root)."""
     return ".".join(scope)
+
+
+def inline_functions(model) -> int:
+    """Inline an onnx_ir model's local functions in place (TensorRT's parser inlines them too; rules
+    and tensor-by-tensor comparisons need to see inside), each inlined node taking the module scope
+    of the call it replaced. Returns the number of calls inlined."""
+    from onnx_ir.passes.common import InlinePass
+
+    functions = model.functions
+    if not functions:
+        return 0
+
+    def expanded_size(function) -> int:
+        return sum(expanded_size(functions[n.op_identifier()]) if n.op_identifier() in functions else 1 for n in function)
+
+    original = list(model.graph)
+    calls = [(expanded_size(functions[n.op_identifier()]), n.metadata_props.get(NAME_SCOPES_KEY)) for n in original if n.op_identifier() in functions]
+    kept = {id(n) for n in original if n.op_identifier() not in functions}
+    InlinePass()(model)
+    inlined = iter([n for n in model.graph if id(n) not in kept])  # in call order: each call's body replaced it in place
+    for count, scopes in calls:
+        for _ in range(count):
+            node = next(inlined)
+            if scopes and NAME_SCOPES_KEY not in node.metadata_props:
+                node.metadata_props[NAME_SCOPES_KEY] = scopes
+    return len(calls)
+
+
+def inline_functions_proto(model):
+    """`inline_functions` for an onnx ModelProto: the model itself when it has no local function."""
+    if not model.functions:
+        return model
+    import onnx_ir as ir
+
+    inlined = ir.serde.deserialize_model(model)
+    inline_functions(inlined)
+    return ir.serde.serialize_model(inlined)

@@ -79,12 +79,15 @@ def _collector_paused() -> Iterator[None]:
 
 
 def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
-    """Shape inference, then the rules to a fixed point; returns (model, per-rule stats, history)."""
+    """Local functions inlined, shape inference, then the rules to a fixed point; returns (model,
+    per-rule stats, history)."""
     from onnx_ir.passes.common import ShapeInferencePass
 
+    from pipeline.core.scopes import inline_functions
     from pipeline.optimize.engine import run_rules
 
     with _collector_paused():
+        inline_functions(model)  # modules exported as functions: the rules must see inside them
         # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
         model = ShapeInferencePass()(model).model
         _forget_sequence_types(model)
