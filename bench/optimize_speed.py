@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from readme_tables import add_readme_options, write_block
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "optimize_speed.json"
 RUNS = 5
@@ -84,8 +86,7 @@ def node_count(path: Path) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
-    parser.add_argument("--readme-only", action="store_true", help="only rewrite README.md's table from the results file")
+    add_readme_options(parser)
     args = parser.parse_args()
     if args.readme_only:
         write_readme(json.loads(RESULTS.read_text()))
@@ -169,10 +170,7 @@ def readme_table(result: dict) -> str:
 
 
 def write_readme(result: dict) -> None:
-    readme = REPO / "README.md"
-    text = readme.read_text()
-    start, end = text.index(TABLE_START), text.index(TABLE_END)
-    readme.write_text(text[: start + len(TABLE_START)] + "\n" + readme_table(result) + text[end:])
+    write_block(TABLE_START, TABLE_END, readme_table(result))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from readme_tables import add_readme_options, write_block
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "trt"
 FIXTURE = DATA / "trt10.16_detailed_mnist_myelin.layers.json"
@@ -104,8 +106,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--trex-python")
     parser.add_argument("--trex-path")
-    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
-    parser.add_argument("--readme-only", action="store_true", help="only rewrite README.md's table from the results file")
+    add_readme_options(parser)
     args = parser.parse_args()
     if args.readme_only:
         write_readme(json.loads(RESULTS.read_text()))
@@ -161,10 +162,7 @@ def main() -> None:
 
 
 def write_readme(result: dict) -> None:
-    readme = REPO / "README.md"
-    text = readme.read_text()
-    start, end = text.index(TABLE_START), text.index(TABLE_END)
-    readme.write_text(text[: start + len(TABLE_START)] + "\n" + readme_table(result, json.loads(FUZZ_RESULTS.read_text())) + text[end:])
+    write_block(TABLE_START, TABLE_END, readme_table(result, json.loads(FUZZ_RESULTS.read_text())))
 
 
 def _cell(s: dict[str, float]) -> str:

@@ -3,10 +3,10 @@
 The torch model runs with a forward hook on every submodule, capturing what each returns (and,
 for a dump, what it was given); the ONNX model runs on onnxruntime with every intermediate float
 tensor exposed (quant/compare.py). A module maps to a tensor through the scope each ONNX node
-records (pipeline/core/scopes.py): among the nodes of the module and its children, the last in
-graph order with an output of the module's output shape gives the module's output. Modules are
-listed in the order they finish in torch (children before their parent), so the first one over
-the tolerance is where the export first goes wrong.
+records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
+that other nodes read, the last in graph order with the module's output shape is its output.
+Modules are listed in the order they finish in torch (children before their parent), so the first
+one over the tolerance is where the export first goes wrong.
 """
 
 from __future__ import annotations
@@ -43,19 +43,17 @@ class Capture:
 
 
 def capture_modules(module: Any, feeds: dict[str, np.ndarray]) -> dict[str, Capture]:
-    """Run `module` on `feeds` (in order) with a hook on every submodule; what each got and returned,
-    first call, in the order the modules finished."""
+    """Run `module` on `feeds` (in order) with a hook on every submodule; what each got and returned
+    (its last call), in the order the modules first finished."""
     import torch
 
     captured: dict[str, Capture] = {}
 
     def hook(name: str):
         def record(sub, args, kwargs, output) -> None:
-            if name in captured:
-                captured[name].calls += 1
-                return
-            tensors_in = [*_tensors(args), *_tensors(kwargs)]
-            captured[name] = Capture(type(sub).__name__, 1, tensors_in, _tensors(output))
+            calls = captured[name].calls + 1 if name in captured else 1
+            # the last call is kept: a module's last node in the graph (what it maps to) is its last call's
+            captured[name] = Capture(type(sub).__name__, calls, [*_tensors(args), *_tensors(kwargs)], _tensors(output))
         return record
 
     handles = [sub.register_forward_hook(hook(name), with_kwargs=True) for name, sub in module.named_modules() if name]
@@ -72,8 +70,8 @@ def _tensors(value: Any) -> list[np.ndarray]:
     """The tensors in an argument or output (tuples, lists, dicts and ModelOutputs flattened in order)."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        return [value.detach().cpu().numpy()]
+    if isinstance(value, torch.Tensor):  # copied: the model may change it in place later (ResNet's `x += residual`)
+        return [value.detach().cpu().numpy().copy()]
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (tuple, list)):
@@ -81,17 +79,33 @@ def _tensors(value: Any) -> list[np.ndarray]:
     return []
 
 
-def module_outputs(onnx_path: Path) -> dict[str, list[tuple[str, int]]]:
-    """Per module qualified name: the outputs (tensor, graph position) of the nodes in its scope or its children's."""
+@dataclass
+class OnnxScopes:
+    by_module: dict[str, list[tuple[str, int]]]  # qualified module name -> (tensor, node position) of its nodes and its children's
+    consumers: dict[str, set[int]]  # tensor -> positions of the nodes reading it
+    graph_outputs: set[str]
+
+    def escaping(self, outputs: list[tuple[str, int]]) -> list[str]:
+        """Of `outputs` (one module call's nodes), the tensors read outside them or returned by the graph: the call's results, in graph order."""
+        inside = {position for _, position in outputs}
+        ordered = sorted(set(outputs), key=lambda item: item[1])
+        return [t for t, _ in ordered if t in self.graph_outputs or self.consumers.get(t, set()) - inside]
+
+
+def module_scopes(onnx_path: Path) -> OnnxScopes:
+    """What each module's nodes produce, and who reads each tensor."""
     import onnx
 
     model = inline_functions_proto(onnx.load(str(onnx_path), load_external_data=False))
     by_module: dict[str, list[tuple[str, int]]] = {}
+    consumers: dict[str, set[int]] = {}
     for position, node in enumerate(model.graph.node):
         scope = node_scope(node.name, {p.key: p.value for p in node.metadata_props})
         for depth in range(1, len(scope) + 1):
             by_module.setdefault(module_name(scope[:depth]), []).extend((t, position) for t in node.output if t)
-    return by_module
+        for tensor in node.input:
+            consumers.setdefault(tensor, set()).add(position)
+    return OnnxScopes(by_module, consumers, {o.name for o in model.graph.output})
 
 
 def compare_to_torch(profile: Profile, onnx_path: Path, feeds: dict[str, np.ndarray], workdir: Path,
@@ -105,11 +119,12 @@ def compare_to_torch(profile: Profile, onnx_path: Path, feeds: dict[str, np.ndar
     module = module if module is not None else build_module(profile)[0]
     captures = capture_modules(module, feeds)
     values = {name: runs[0] for name, runs in run_exposing_all(onnx_path, [feeds], workdir).items()}
-    scopes = module_outputs(onnx_path)
-    if not any(scopes.values()):
+    scopes = module_scopes(onnx_path)
+    if not any(scopes.by_module.values()):
         raise InputError(f"{onnx_path}: no node records the torch module it came from (no `{NAME_SCOPES_KEY}` metadata and no "
                          "`/module/...` node names), so modules cannot be compared; compare a file written by our export stage")
-    rows = [_compare_module(name, capture, scopes.get(name, []), values) for name, capture in captures.items()]
+    calls = {name: capture.calls for name, capture in captures.items()}
+    rows = [_compare_module(name, capture, _last_call_outputs(name, calls, scopes.by_module), scopes, values) for name, capture in captures.items()]
     tolerance = profile.export.tolerance
     first = next((r for r in rows if r.max_abs_diff is not None and not r.max_abs_diff <= tolerance), None)
     return {
@@ -120,8 +135,23 @@ def compare_to_torch(profile: Profile, onnx_path: Path, feeds: dict[str, np.ndar
     }, captures
 
 
-def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]], values: dict[str, np.ndarray]) -> ModuleError:
-    note = f"ran {capture.calls} times: the first call is compared" if capture.calls > 1 else ""
+def _last_call_outputs(name: str, calls: dict[str, int], scopes: dict[str, list[tuple[str, int]]]) -> list[tuple[str, int]]:
+    """The ONNX outputs of a module's last call. The dynamo exporter puts every call of a module in its
+    scope (the last node is the last call's). TorchScript scopes call k > 1 of `a.b` as `a.b_<k-1>` and
+    that call's submodules as `a.b.c_<k-1>`: the last call is its own scope and its submodules' last calls."""
+    count = calls.get(name, 1)
+    if count == 1:
+        return scopes.get(name, [])
+    head, _, last = name.rpartition(".")
+    repeated = f"{head}.{last}_{count - 1}" if head else f"{last}_{count - 1}"
+    if repeated not in scopes:
+        return scopes.get(name, [])
+    children = [child for child in calls if child.startswith(name + ".")]
+    return [*scopes[repeated], *(output for child in children for output in _last_call_outputs(child, calls, scopes))]
+
+
+def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]], scopes: OnnxScopes, values: dict[str, np.ndarray]) -> ModuleError:
+    note = f"ran {capture.calls} times: the last call is compared" if capture.calls > 1 else ""
     if not capture.outputs:
         return ModuleError(name, capture.kind, None, [], None, None, "returned no tensor")
     want = capture.outputs[0]
@@ -129,13 +159,18 @@ def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]],
         return ModuleError(name, capture.kind, None, list(want.shape), None, None, f"returns {want.dtype}, not a float tensor")
     if not outputs:
         return ModuleError(name, capture.kind, None, list(want.shape), None, None, "no ONNX node records this module (folded away, an identity, or inside a module exported as a function)")
-    for tensor, _ in sorted(outputs, key=lambda item: item[1], reverse=True):
-        got = values.get(tensor)
-        if got is not None and got.shape == want.shape:
-            diff = float(np.max(np.abs(got - want.astype(np.float64)))) if want.size else 0.0
-            scale = float(np.max(np.abs(want))) if want.size else 0.0
-            return ModuleError(name, capture.kind, tensor, list(want.shape), diff, diff / scale if scale else None, note)
-    return ModuleError(name, capture.kind, None, list(want.shape), None, None, f"none of its {len(outputs)} ONNX tensors has its output shape {list(want.shape)}")
+    # the module's results are the tensors its nodes make that others read; with k results of this shape
+    # (rotary embeddings: cos, sin), the first is k-th from the end (the last call's, for a module run again)
+    same_shape = sum(1 for a in capture.outputs if a.shape == want.shape)
+    candidates = [t for t in scopes.escaping(outputs) if t in values and values[t].shape == want.shape]
+    if len(candidates) < same_shape:
+        return ModuleError(name, capture.kind, None, list(want.shape), None, None,
+                           f"its ONNX nodes return {len(candidates)} tensor(s) of its output shape {list(want.shape)}, it returns {same_shape}")
+    tensor = candidates[-same_shape]
+    got = values[tensor]
+    diff = float(np.max(np.abs(got - want.astype(np.float64)))) if want.size else 0.0
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    return ModuleError(name, capture.kind, tensor, list(want.shape), diff, diff / scale if scale else None, note)
 
 
 def first_diverging_line(result: dict[str, Any]) -> str:
@@ -148,7 +183,7 @@ def first_diverging_line(result: dict[str, Any]) -> str:
 
 
 def dump_modules(captures: dict[str, Capture], folder: Path) -> list[Path]:
-    """One npz per module (inputs as input_0.., outputs as output_0..; plain arrays, no pickle)."""
+    """One npz per module, its last call (inputs as input_0.., outputs as output_0..; plain arrays, no pickle)."""
     from pipeline.core.fileio import atomic_path
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -92,3 +93,14 @@ shape = ["batch", 32]
 samples = 1024  # calibration long enough (about a second) for the tests to interrupt it
 accuracy_samples = 4
 """
+
+
+def mnist_with_a_layer_named(directory: Path, name: str) -> Path:
+    """The real 10.16 inspector JSON with its first layer (and that layer's ONNX node) renamed to
+    `name`: a model-supplied string the renderers must escape. Everything else is TensorRT's own."""
+    data = json.loads((TRT_DATA / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
+    data["Layers"][0]["Name"] = name
+    data["Layers"][0]["Metadata"] = f"[ONNX Layer: {name}]"
+    path = directory / "renamed.layers.json"
+    path.write_text(json.dumps(data))
+    return path

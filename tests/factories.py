@@ -91,3 +91,47 @@ def hf_bert_broken(module: str = "encoder.layer.1.intermediate.dense", offset: f
     torch.manual_seed(0)
     config = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128, max_position_embeddings=64)
     return _broken_while_exporting(BertModel(config).eval(), module, offset)
+
+
+class _SharedLayer(nn.Module):
+    """One block (Linear + LayerNorm) applied three times: weight sharing, as in ALBERT."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8))
+
+    def forward(self, x):
+        for _ in range(3):
+            x = torch.tanh(self.block(x))
+        return x
+
+
+def shared_layer():
+    return _SharedLayer()
+
+
+class _CosSin(nn.Module):
+    """Two results of one shape, computed interleaved (as rotary embeddings return cos and sin)."""
+
+    def forward(self, x):
+        return torch.cos(x) * 2, torch.sin(x) * 2
+
+
+class _TrickyModules(nn.Module):
+    """What a per-module comparison must get right: a submodule's output changed in place afterwards
+    (ResNet's `hidden += residual`) and a submodule returning two tensors of one shape."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.pair = _CosSin()
+
+    def forward(self, x):
+        h = self.linear(x)
+        h += x
+        cos, sin = self.pair(h)
+        return cos - sin
+
+
+def tricky_modules():
+    return _TrickyModules()

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_cli, write_profile
+from conftest import REPO, TINY_MLP_PROFILE, run_cli, write_profile
 
 from pipeline.core.profiles import load_profile
 from pipeline.export import export_model
@@ -77,6 +77,30 @@ def test_a_correct_export_agrees_module_by_module(tmp_path, exporter):
     result = compare_torch(path, profile)
     assert result["first_diverging"] is None and result["mapped"] == result["modules"] > 50
     assert all(r["max_abs_diff"] <= result["tolerance"] for r in result["rows"])
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_module_run_several_times_is_compared_on_its_last_call(tmp_path, exporter):
+    """Weight sharing (ALBERT): the module's last node in the graph is its last call's output, so
+    that call is the one compared (comparing the first call with it reported a correct export as off by 1.1)."""
+    profile = str(write_profile(tmp_path, TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:shared_layer")))
+    path = tmp_path / "m.onnx"
+    export_model(load_profile(profile), path, exporter=exporter)
+    result = compare_torch(path, profile)
+    assert [(r["module"], r["note"]) for r in result["rows"]] == [(name, "ran 3 times: the last call is compared") for name in ("block.0", "block.1", "block")]
+    assert result["mapped"] == 3 and result["first_diverging"] is None
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_in_place_changes_and_several_results_are_compared_right(tmp_path, exporter):
+    """Seen on HF ResNet and Llama: a capture must not change when the model later writes into the
+    tensor, and a module's first result is its first, not its last (rotary cos/sin)."""
+    profile = str(write_profile(tmp_path, TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:tricky_modules")))
+    path = tmp_path / "m.onnx"
+    export_model(load_profile(profile), path, exporter=exporter)
+    result = compare_torch(path, profile)
+    assert [r["module"] for r in result["rows"]] == ["linear", "pair"] and result["mapped"] == 2
+    assert result["first_diverging"] is None
 
 
 def test_hf_bert_broken_module_is_found(tmp_path):

@@ -1,11 +1,10 @@
 """Rendering: every real file as a self-contained HTML page (verdict, then the fusion map, then the tables),
 names from untrusted models escaped, the fusion map's runs matching the regions."""
 
-import json
 import re
 
 import pytest
-from conftest import TRT_DATA, run_cli
+from conftest import TRT_DATA, mnist_with_a_layer_named, run_cli
 
 from trt.diff import diff_from_files
 from trt.render import render
@@ -37,12 +36,8 @@ def test_every_real_file_renders_a_self_contained_page(trt_fixtures, name):
 
 
 def test_html_and_markdown_escape_model_supplied_names(tmp_path, trt_fixtures):
-    data = json.loads((trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
     evil = '<script>alert("x")</script>'
-    data["Layers"][0]["Name"] = evil
-    data["Layers"][0]["Metadata"] = f"[ONNX Layer: {evil}]"
-    path = tmp_path / "evil.layers.json"
-    path.write_text(json.dumps(data))
+    path = mnist_with_a_layer_named(tmp_path, evil)
     for fmt, escaped in (("html", "&lt;script&gt;"), ("md", "\\<script\\>")):
         result = run_cli("report", str(path), "-f", fmt)
         assert result.returncode == 0 and escaped in result.stdout and "<script>alert" not in result.stdout

@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO, TRT_DATA, run_cli
+from conftest import REPO, TRT_DATA, mnist_with_a_layer_named, run_cli
 from trt_facts import ONNX_ENTRY, kernel_graph, oneline_records
 
 from trt.report import report_from_files
@@ -138,12 +138,8 @@ def test_report_imports_neither_torch_nor_onnx_nor_tensorrt(trt_fixtures):
 
 def test_layer_names_with_terminal_escapes_are_neutralized(tmp_path, trt_fixtures):
     """Names come from untrusted models: ESC/OSC/control characters never reach the terminal raw."""
-    data = json.loads((trt_fixtures / "trt10.16_detailed_mnist_myelin.layers.json").read_text())
     evil = "node_\x1b]0;owned\x07\x1b[31mred\x1b[0m\r\u202eevil\x7f\x9b2J"
-    data["Layers"][0]["Name"] = evil
-    data["Layers"][0]["Metadata"] = f"[ONNX Layer: {evil}]"
-    path = tmp_path / "evil.layers.json"
-    path.write_text(json.dumps(data))
+    path = mnist_with_a_layer_named(tmp_path, evil)
     for fmt in ("text", "md"):
         out = run_cli("report", str(path), "-f", fmt, "--all").stdout
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", out), fmt

@@ -42,6 +42,7 @@ class PresetName(str, Enum):
     modelopt = "modelopt"
     gemm_only = "gemm-only"
 
+
 @app.command(
     help=(
         "Run the pipeline stages for a profile into OUT (default artifacts/<profile>), "

@@ -39,8 +39,12 @@ def node_scope(name: str, metadata: dict[str, str]) -> tuple[str, ...]:
 
 
 def module_name(scope: tuple[str, ...]) -> str:
-    """The qualified module name of a scope ('' for the root)."""
-    return ".".join(scope)
+    """The qualified module name of a scope ('' for the root). TorchScript names a child of a
+    Sequential or ModuleList by its qualified name (`/block/block.0/Gemm`): such a part is taken whole."""
+    name = ""
+    for part in scope:
+        name = part if name and part.startswith(name + ".") else f"{name}.{part}" if name else part
+    return name
 
 
 def inline_functions(model) -> int:
