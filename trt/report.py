@@ -150,13 +150,13 @@ def verdict(plan: EnginePlan) -> str:
 
 def _kernels(region: Region) -> str:
     if region.layers[0].type == "Myelin":
-        return " (TensorRT 8.x lists it as one layer, not its kernels)"
+        return " (listed as one ForeignNode layer, not its kernels: TensorRT 8.x, or layer names only)"
     return f" of {len(region.layers)} kernel{_s(region.layers)}"
 
 
 def _kernel_list(regions: list[Region]) -> str:
     if all(r.layers[0].type == "Myelin" for r in regions):
-        return "TensorRT 8.x ForeignNode layers"
+        return "listed as one ForeignNode layer" if len(regions) == 1 else "each listed as one ForeignNode layer"
     sizes = [str(len(r.layers)) for r in regions]
     shown = ", ".join(sizes[:6]) + (", ..." if len(sizes) > 6 else "")
     return f"{shown} kernels"
