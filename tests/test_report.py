@@ -38,6 +38,14 @@ def test_bert_fp16_runs_as_one_myelin_region(trt_fixtures):
     assert not any("Q/DQ" in f for f in report["findings"]), "an FP16 engine gets no Q/DQ advice"
 
 
+def test_a_names_only_myelin_region_is_not_called_tensorrt_8(trt_fixtures):
+    """TensorRT 10 lists a Myelin region as one ForeignNode layer too when only names were recorded:
+    the verdict says what the listing shows, not a version it guessed."""
+    verdict = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log")["verdict"]
+    assert verdict.startswith("FP16 engine: the whole network runs as 1 Myelin region (listed as one ForeignNode layer, not its kernels")
+    assert "TensorRT 8.x lists" not in verdict
+
+
 def test_bert_resolves_in_the_torchscript_export_and_rolls_up_modules(trt_fixtures, bert_tiny_torchscript):
     report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.detailed.log", onnx=bert_tiny_torchscript)
     s = report["summary"]
