@@ -60,6 +60,10 @@ def capture_modules(module: Any, feeds: dict[str, np.ndarray]) -> dict[str, Capt
     try:
         with torch.no_grad():
             module(*(torch.from_numpy(a) for a in feeds.values()))
+    except Exception as err:  # the model's own code: any exception type
+        first = str(err).strip().splitlines()[0] if str(err).strip() else "no message"
+        raise InputError(f"the torch model raised {type(err).__name__} on the inputs given ({first}); give inputs of the "
+                         f"shapes and dtypes its profile declares ({', '.join(f'{k} {list(a.shape)} {a.dtype}' for k, a in feeds.items())})") from err
     finally:
         for handle in handles:
             handle.remove()

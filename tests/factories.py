@@ -135,3 +135,20 @@ class _TrickyModules(nn.Module):
 
 def tricky_modules():
     return _TrickyModules()
+
+
+class _RejectsLargeInputs(nn.Module):
+    """A model whose own code raises on some inputs (as real models check their arguments)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x):
+        if torch.onnx.is_in_onnx_export() or float(x.abs().max()) < 100:
+            return self.linear(x)
+        raise ValueError("inputs must be normalized")
+
+
+def rejects_large_inputs():
+    return _RejectsLargeInputs()

@@ -137,6 +137,16 @@ def test_compare_torch_bad_inputs(broken_bert, tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def test_an_exception_of_the_torch_model_is_one_line(tmp_path):
+    profile = str(write_profile(tmp_path, TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:rejects_large_inputs")))
+    path = tmp_path / "m.onnx"
+    export_model(load_profile(profile), path, exporter="torchscript")
+    np.savez(tmp_path / "big.npz", x=np.full((1, 8), 1000.0, np.float32))
+    result = run_cli("compare", "--torch", str(path), "--profile", profile, "--inputs", str(tmp_path / "big.npz"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: the torch model raised ValueError on the inputs given (inputs must be normalized)")
+
+
 # ---------------------------------------------------------------- ONNX vs ONNX
 
 
