@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import sha256_file
 from pipeline.runner import Context, Stage, StageResult, Status
+
+if TYPE_CHECKING:
+    from pipeline.core.verify import OnnxSession
 
 
 def _onnx_source(ctx: Context) -> Path | None:
@@ -134,7 +137,7 @@ def _held_out(ctx: Context) -> list[dict]:
     return stack_batches(ctx.profile, [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)])
 
 
-def _accuracy(ctx: Context, candidate: Path, label: str, status: Status) -> dict[str, Any]:
+def _accuracy(ctx: Context, candidate: Path | OnnxSession, label: str, status: Status) -> dict[str, Any]:
     """Accuracy of `candidate` against the optimized FP32 model, whose outputs are computed once per
     build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256). The figures record
     the check's own wall time (`check_seconds`), so its share of the stage is on record."""
@@ -189,7 +192,7 @@ def _run_fp16(ctx: Context, status: Status) -> StageResult:
         status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         with captured(ctx.out / "fp16.log"):
             result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes, shape_checks)
-        figures = _accuracy(ctx, tmp, "FP16", status)
+        figures = _accuracy(ctx, result.session, "FP16", status)  # the session that ran the shape checks
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
         _gate("fp16", figures, minimum)
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,

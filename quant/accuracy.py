@@ -19,9 +19,10 @@ import numpy as np
 from pipeline.core.verify import OnnxSession
 
 
-def model_outputs(path: Path, batches: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """Every output of every batch, flattened into one float64 vector (one session for all)."""
-    session = OnnxSession(path)
+def model_outputs(model: Path | OnnxSession, batches: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Every output of every batch, flattened into one float64 vector, through one session (the one
+    given, or a new one for a path)."""
+    session = model if isinstance(model, OnnxSession) else OnnxSession(model)
     return flatten([session.run(feeds) for feeds in batches])
 
 

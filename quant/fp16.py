@@ -16,11 +16,15 @@ import io
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.fileio import atomic_path
+
+if TYPE_CHECKING:
+    from pipeline.core.verify import OnnxSession
 
 AUTOCAST_PLACEHOLDER_DIM = "unk"
 
@@ -32,6 +36,7 @@ class Fp16Result:
     fp32_nodes_kept: int
     dims_repaired: int
     checked_shapes: list[dict[str, list[int]]]
+    session: OnnxSession  # the session that ran the checks: run further feeds through it, not a second one
 
 
 def convert_fp16(
@@ -56,8 +61,8 @@ def convert_fp16(
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
     with atomic_path(target) as tmp:
         onnx.save(model, str(tmp))
-        checked = check_runs(tmp, feed_sets, "fp16")
-    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked)
+        session, checked = check_runs(tmp, feed_sets, "fp16")
+    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session)
 
 
 def repair_placeholder_dims(model, source) -> int:
@@ -97,8 +102,9 @@ def repair_placeholder_dims(model, source) -> int:
     return repaired
 
 
-def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -> list[dict[str, list[int]]]:
-    """Run the model at each feed set (one session); a failure is one line naming the shapes and the node."""
+def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -> tuple[OnnxSession, list[dict[str, list[int]]]]:
+    """Run the model at each feed set (one session); a failure is one line naming the shapes and the node.
+    Returns the session (it holds the model in onnxruntime: loading it again costs a second) and the shapes run."""
     from pipeline.core.verify import OnnxSession
 
     session = OnnxSession(path)
@@ -111,7 +117,7 @@ def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -
             raise StageFailed(f"{stage}: the converted model does not run at input shapes {shapes}: {err}; "
                               f"exclude the node named there ([quant] fp16_exclude_nodes) or report it with the model") from err
         checked.append(shapes)
-    return checked
+    return session, checked
 
 
 def _fp32_compute_nodes(model) -> int:

@@ -2,6 +2,7 @@
 fails when it should, and `build --fp16 --int8` records what the issue asks for."""
 
 import json
+from pathlib import Path
 
 import onnx
 import pytest
@@ -163,3 +164,31 @@ def test_quantize_and_lint_commands(built, tmp_path):
     assert fp16.returncode == 0 and (tmp_path / "f.onnx").exists()
     lint = run_cli("lint-qdq", str(out / "model.int8.onnx"), "-f", "json")
     assert lint.returncode == 0 and json.loads(lint.stdout)["count"] == 0
+
+
+def test_each_model_is_loaded_into_onnxruntime_once_per_build(tmp_path, monkeypatch):
+    """fp16 + int8 on bert-tiny through the real stages: the FP16 model's shape checks and accuracy
+    runs share one session, the FP32 reference is computed once for both stages (issue 15)."""
+    from rich.console import Console
+
+    from pipeline.core import verify
+    from pipeline.core.manifest import Manifest
+    from pipeline.runner import Context, Runner
+    from pipeline.stages import EXPORT, FP16, INT8, OPTIMIZE
+
+    opened: list[tuple[str, bool]] = []
+    original = verify.OnnxSession.__init__
+
+    def counting(self, path, as_written=False):
+        opened.append((Path(path).name, as_written))
+        original(self, path, as_written)
+
+    monkeypatch.setattr(verify.OnnxSession, "__init__", counting)
+    ctx = Context(load_profile("bert-tiny"), tmp_path, Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny"))
+    records = Runner(ctx, Console(file=open(tmp_path / "console.txt", "w"), width=200)).run([EXPORT, OPTIMIZE, FP16, INT8])
+    assert [r.status for r in records] == ["done"] * 4
+    checked = [name for name, as_written in opened if not as_written]  # the stages' own checks run the graph as written
+    fp16 = [name for name in checked if "fp16" in name]
+    assert len(fp16) == 1, f"the FP16 model was loaded {len(fp16)} times: {opened}"
+    assert sum("int8" in name for name in checked) == 1
+    assert checked.count("model.opt.onnx") == 1, f"the FP32 reference is computed once per build: {opened}"
