@@ -81,15 +81,14 @@ def _collector_paused() -> Iterator[None]:
 def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
     """Local functions inlined, shape inference, then the rules to a fixed point; returns (model,
     per-rule stats, history)."""
-    from onnx_ir.passes.common import ShapeInferencePass
-
     from pipeline.core.scopes import inline_functions
     from pipeline.optimize.engine import run_rules
+    from pipeline.optimize.shapes import infer_shapes
 
     with _collector_paused():
         inline_functions(model)  # modules exported as functions: the rules must see inside them
         # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
-        model = ShapeInferencePass()(model).model
+        infer_shapes(model)
         _forget_sequence_types(model)
         stats, history = run_rules(model, rules)
     return model, stats, history
@@ -124,7 +123,7 @@ SEQUENCE_PRODUCERS = frozenset({"SplitToSequence", "SequenceConstruct", "Sequenc
 
 
 def _forget_sequence_types(model) -> None:
-    """onnx_ir's ShapeInferencePass (1.1) types a sequence as its element tensor (GPT-2's
+    """onnx_ir 1.1 reads an inferred sequence type as its element tensor (GPT-2's
     SplitToSequence output becomes FLOAT [batch, seq, 64]), which onnxruntime rejects when loading
     the file: drop those annotations and let the consumer infer them."""
     for node in model.graph:
