@@ -140,7 +140,8 @@ def _held_out(ctx: Context) -> list[dict]:
 def _accuracy(ctx: Context, candidate: Path | OnnxSession, label: str, status: Status) -> dict[str, Any]:
     """Accuracy of `candidate` against the optimized FP32 model, whose outputs are computed once per
     build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256). The figures record
-    the check's own wall time (`check_seconds`), so its share of the stage is on record."""
+    the check's own wall time (`check_seconds`) and, within it, the FP32 run's (`reference_seconds`,
+    0 in the stage that reused it), so the check's share of the stage is on record."""
     from quant.accuracy import accuracy, model_outputs
 
     started = time.perf_counter()
@@ -149,12 +150,14 @@ def _accuracy(ctx: Context, candidate: Path | OnnxSession, label: str, status: S
     key = ("fp32 outputs", record.output_sha256.get("onnx") or sha256_file(source))
     batches = _held_out(ctx)
     samples = ctx.profile.quant.accuracy_samples
+    reference_seconds = 0.0
     if key not in ctx.cache:
         status(f"running the FP32 model on {samples} held-out samples")
         ctx.cache[key] = model_outputs(source, batches)
+        reference_seconds = time.perf_counter() - started
     status(f"running the {label} model on {samples} held-out samples")
     figures = accuracy(ctx.cache[key], model_outputs(candidate, batches), samples)
-    return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3), "reference_seconds": round(reference_seconds, 3)}
 
 
 def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:

@@ -130,6 +130,8 @@ def test_build_fp16_int8_records_the_figures(built):
     assert int8["lint"] == {"count": 0, "by_rule": {}} and int8["qdq_pairs"] > 0 and int8["calibration_samples"] == 16
     for name in ("fp16", "int8"):  # the check's own time is on record, a part of its stage's
         assert 0 < stages[name]["metrics"]["accuracy"]["check_seconds"] < stages[name]["seconds"]
+    # the FP32 reference runs once, in the first stage that needs it; the int8 stage reuses it
+    assert 0 < fp16["accuracy"]["reference_seconds"] < fp16["accuracy"]["check_seconds"] and int8["accuracy"]["reference_seconds"] == 0
     for name in ("model.fp16.onnx", "model.int8.onnx"):
         onnx.checker.check_model(str(out / name))
     assert "lint findings" in result.stdout and json.loads((out / "int8.lint.json").read_text())["count"] == 0
