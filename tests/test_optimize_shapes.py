@@ -4,6 +4,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from conftest import run_cli
 from onnx import TensorProto, helper
 from onnx_ir.passes.common import ShapeInferencePass
 
@@ -59,13 +60,28 @@ def test_a_model_with_subgraphs_gets_their_values_annotated_too():
     assert shapes["r"] == (ir.Shape([3, 4]), ir.DataType.FLOAT) and shapes["e"] == (ir.Shape([3, 4]), ir.DataType.FLOAT)
 
 
-def test_a_model_inference_rejects_is_left_as_it_was():
+def _rejected_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "g",
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3])], [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
         [onnx.numpy_helper.from_array(np.ones((4, 5), np.float32), "w")])  # 3 != 4: strict inference fails
-    model = ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_a_model_inference_rejects_is_left_as_it_was():
+    model = ir.serde.deserialize_model(_rejected_model())
     before = annotations(model)
     infer_shapes(model)
     assert annotations(model) == before and before["y"] == (None, None)
     assert list(model.graph.initializers) == ["w"] and [v.name for v in model.graph.inputs] == ["a"]
+
+
+def test_the_cli_says_in_one_line_that_inference_rejected_the_model(tmp_path):
+    source = tmp_path / "rejected.onnx"
+    onnx.save(_rejected_model(), source)
+    before = source.read_bytes()
+    result = run_cli("optimize", str(source), "-o", str(tmp_path / "out.onnx"))
+    assert result.returncode == 0, result.stderr  # the rules still run, on the declared shapes
+    assert result.stderr.count("\n") == 1 and "shape inference rejects this model" in result.stderr
+    assert "Incompatible dimensions" in result.stderr and "Traceback" not in result.stderr
+    assert source.read_bytes() == before

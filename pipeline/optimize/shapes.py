@@ -33,7 +33,8 @@ def infer_shapes(model: ir.Model) -> None:
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
     except Exception as err:  # noqa: BLE001 - onnx raises InferenceError, ValidationError or RuntimeError; all mean "no shapes"
-        log.warning("shape inference failed, the rules see the shapes the file declares: %s", err)
+        reason = " ".join(str(err).split())  # onnx lists one error per line: one line for the user
+        log.warning("note: ONNX shape inference rejects this model (%s); the rules see only the shapes the file declares", reason)
         return
     values = {value.name: value for value in model.graph.inputs}
     values.update((value.name, value) for node in model.graph for value in node.outputs)
