@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +14,7 @@ from pipeline.runner import Context, Stage, StageResult, Status
 
 if TYPE_CHECKING:
     from pipeline.core.verify import OnnxSession
+    from quant.accuracy import BackgroundOutputs
 
 
 def _onnx_source(ctx: Context) -> Path | None:
@@ -137,27 +140,45 @@ def _held_out(ctx: Context) -> list[dict]:
     return stack_batches(ctx.profile, [make_inputs(ctx.profile, seed=HELD_OUT_SEED + i) for i in range(ctx.profile.quant.accuracy_samples)])
 
 
-def _accuracy(ctx: Context, candidate: Path | OnnxSession, label: str, status: Status) -> dict[str, Any]:
-    """Accuracy of `candidate` against the optimized FP32 model, whose outputs are computed once per
-    build (the fp16 and int8 stages share them; keyed by the FP32 model's sha256). The figures record
-    the check's own wall time (`check_seconds`) and, within it, the FP32 run's (`reference_seconds`,
-    0 in the stage that reused it), so the check's share of the stage is on record."""
+@contextmanager
+def _fp32_reference(ctx: Context, batches: list[dict]) -> Iterator[BackgroundOutputs]:
+    """The optimized FP32 model's outputs on the held-out samples, started on a worker thread so
+    they are computed while the stage converts (AutoCast, ModelOpt's calibration). Computed once per
+    build: the fp16 and int8 stages share them, keyed by the FP32 model's sha256. A stage that
+    fails or is interrupted stops the run."""
+    from quant.accuracy import BackgroundOutputs
+
+    source = ctx.input("optimize", "onnx")
+    key = ("fp32 outputs", ctx.manifest.get("optimize").output_sha256.get("onnx") or sha256_file(source))
+    if key not in ctx.cache:
+        ctx.cache[key] = BackgroundOutputs(source, batches)
+    reference = ctx.cache[key]
+    try:
+        yield reference
+    except BaseException:
+        reference.cancel()
+        ctx.cache.pop(key, None)
+        raise
+
+
+def _accuracy(candidate: Path | OnnxSession, reference: BackgroundOutputs, batches: list[dict], samples: int, label: str,
+              status: Status) -> dict[str, Any]:
+    """Accuracy of `candidate` against the FP32 reference. The figures record the check's wall time in the
+    stage (`check_seconds`: the candidate's run, then any wait for the reference), within it the wait
+    (`reference_wait_seconds`), and the reference run's own time beside the conversion (`reference_seconds`,
+    0 in a stage that reused it), so the check's share of the stage is on record."""
     from quant.accuracy import accuracy, model_outputs
 
     started = time.perf_counter()
-    source = ctx.input("optimize", "onnx")
-    record = ctx.manifest.get("optimize")
-    key = ("fp32 outputs", record.output_sha256.get("onnx") or sha256_file(source))
-    batches = _held_out(ctx)
-    samples = ctx.profile.quant.accuracy_samples
-    reference_seconds = 0.0
-    if key not in ctx.cache:
-        status(f"running the FP32 model on {samples} held-out samples")
-        ctx.cache[key] = model_outputs(source, batches)
-        reference_seconds = time.perf_counter() - started
     status(f"running the {label} model on {samples} held-out samples")
-    figures = accuracy(ctx.cache[key], model_outputs(candidate, batches), samples)
-    return {**figures, "check_seconds": round(time.perf_counter() - started, 3), "reference_seconds": round(reference_seconds, 3)}
+    outputs = model_outputs(candidate, batches)
+    status("waiting for the FP32 model's run on the held-out samples")
+    waiting = time.perf_counter()
+    expected = reference.result()
+    waited = time.perf_counter() - waiting
+    figures = accuracy(expected, outputs, samples)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3), "reference_wait_seconds": round(waited, 3),
+            "reference_seconds": round(reference.seconds, 3) if reference.served == 1 else 0.0}
 
 
 def _gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
@@ -191,11 +212,13 @@ def _run_fp16(ctx: Context, status: Status) -> StageResult:
 
     q, source, target = ctx.profile.quant, ctx.input("optimize", "onnx"), ctx.out / "model.fp16.onnx"
     shape_checks = [make_inputs(ctx.profile, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(ctx.profile))]
-    with atomic_path(target) as tmp:
+    held_out = _held_out(ctx)
+    with _fp32_reference(ctx, held_out) as reference, atomic_path(target) as tmp:
         status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         with captured(ctx.out / "fp16.log"):
             result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes, shape_checks)
-        figures = _accuracy(ctx, result.session, "FP16", status)  # the session that ran the shape checks
+        # the session that ran the shape checks
+        figures = _accuracy(result.session, reference, held_out, q.accuracy_samples, "FP16", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
         _gate("fp16", figures, minimum)
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
@@ -234,11 +257,12 @@ def _run_int8(ctx: Context, status: Status) -> StageResult:
         filled = round(24 * done / total)
         status(f"calibrating ({preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
 
-    with atomic_path(target) as tmp:
+    held_out = _held_out(ctx)
+    with _fp32_reference(ctx, held_out) as reference, atomic_path(target) as tmp:
         with captured(ctx.out / "int8.log"):
             result = quantize_int8(source, tmp, calibration, batch, preset, q.int8_float_dtype, q.calibration_method, max_sequence, on_step=step)
         lint = findings_json(result.findings)
-        figures = _accuracy(ctx, tmp, "INT8", status)
+        figures = _accuracy(tmp, reference, held_out, q.accuracy_samples, "INT8", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_int8
         _gate("int8", figures, minimum)
     write_json(ctx.out / "int8.lint.json", lint)

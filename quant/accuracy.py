@@ -6,11 +6,17 @@ as sigmoid scores sit near a constant (bert-tiny: 0.57 +- 0.03), where the plain
 0.9999 even for a broken model; centring measures whether the model follows FP32's variation.
 
 Each model is run once per batch of samples through one session (`model_outputs`), so the
-FP32 outputs can be computed once and compared with every candidate.
+FP32 outputs can be computed once and compared with every candidate. `BackgroundOutputs`
+computes them on a worker thread while the conversion being checked runs (AutoCast and
+ModelOpt's calibration leave a core mostly idle), so the check itself is the candidate's run.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,47 @@ def model_outputs(model: Path | OnnxSession, batches: list[dict[str, np.ndarray]
     given, or a new one for a path)."""
     session = model if isinstance(model, OnnxSession) else OnnxSession(model)
     return flatten([session.run(feeds) for feeds in batches])
+
+
+class BackgroundOutputs:
+    """`model_outputs(path, batches)` on a worker thread with all cores but one.
+
+    `result()` waits for the outputs (or raises what the run raised) and counts the callers it
+    served (`served`); `seconds` is the run's own wall time. `cancel()` stops the run
+    (onnxruntime's RunOptions.terminate, honoured between operators) and waits for the thread, so
+    a failed or interrupted stage leaves nothing running.
+    """
+
+    def __init__(self, path: Path, batches: list[dict[str, np.ndarray]]):
+        import onnxruntime as ort
+
+        self.seconds = 0.0
+        self.served = 0
+        self._future: Future[np.ndarray] = Future()
+        self._stop = ort.RunOptions()
+        self._thread = threading.Thread(target=self._run, args=(path, batches), name="fp32-reference", daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, batches: list[dict[str, np.ndarray]]) -> None:
+        started = time.perf_counter()
+        try:
+            session = OnnxSession(path, threads=max(1, (os.cpu_count() or 2) - 1))
+            outputs = flatten([session.run(feeds, self._stop) for feeds in batches])
+        except BaseException as err:  # handed to the thread that asks for the result
+            self.seconds = time.perf_counter() - started
+            self._future.set_exception(err)
+        else:
+            self.seconds = time.perf_counter() - started
+            self._future.set_result(outputs)
+
+    def result(self) -> np.ndarray:
+        outputs = self._future.result()
+        self.served += 1
+        return outputs
+
+    def cancel(self) -> None:
+        self._stop.terminate = True
+        self._thread.join()
 
 
 def flatten(runs: list[list[np.ndarray]]) -> np.ndarray:

@@ -4,6 +4,7 @@ fails when it should, and `build --fp16 --int8` records what the issue asks for.
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from conftest import run_cli
@@ -12,7 +13,7 @@ from pipeline.core.profiles import load_profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import make_inputs, stack_batches
 from pipeline.optimize import optimize_file
-from quant.accuracy import accuracy, model_outputs
+from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
 from quant.calibration import synthetic
 from quant.int8 import quantize_int8
 from quant.lint import lint_model
@@ -111,6 +112,71 @@ def test_accuracy_figures_separate_a_broken_model(bert_tiny_opt, quantized, tmp_
     assert figures["cosine_centered"] < 0.5, "the gate's metric does"
 
 
+def test_background_outputs_are_the_models_outputs(bert_tiny_opt):
+    profile = load_profile("bert-tiny")
+    batches = stack_batches(profile, [make_inputs(profile, seed=s) for s in range(8)])
+    background = BackgroundOutputs(bert_tiny_opt, batches)
+    np.testing.assert_allclose(background.result(), model_outputs(bert_tiny_opt, batches), rtol=1e-6, atol=1e-7)
+    assert background.served == 1 and background.seconds > 0
+
+
+def test_background_outputs_raise_what_the_run_raised(bert_tiny_opt):
+    from pipeline.core.errors import InputError
+
+    background = BackgroundOutputs(bert_tiny_opt, [{"concat_ids": np.zeros((1, 8), np.int32)}])
+    with pytest.raises(InputError, match="not in the profile's"):
+        background.result()
+
+
+def _matmul_chain(path: Path, depth: int = 24, width: int = 256) -> Path:
+    """A model whose run takes long enough to be stopped in the middle: `depth` MatMuls in a row."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((width, width)) / width**0.5).astype(np.float32), f"w{i}") for i in range(depth)]
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", f"w{i}"], [f"h{i + 1}"]) for i in range(depth)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", width])],
+                              [helper.make_tensor_value_info(f"h{depth}", TensorProto.FLOAT, ["n", width])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return path
+
+
+def test_cancel_stops_the_run_and_the_thread(tmp_path):
+    from pipeline.core.errors import StageFailed
+
+    model = _matmul_chain(tmp_path / "chain.onnx")
+    batches = [{"x": np.ones((2048, 256), np.float32)}] * 200  # seconds of work: not done when cancel() comes
+    background = BackgroundOutputs(model, batches)
+    background.cancel()
+    assert not background._thread.is_alive()
+    with pytest.raises(StageFailed, match="terminate"):  # stopped by onnxruntime, not run to the end
+        background.result()
+
+
+def test_a_failed_stage_leaves_no_reference_run_behind(tmp_path, monkeypatch):
+    """The FP32 reference starts beside the conversion; when the conversion fails, it is stopped and forgotten."""
+    import threading
+
+    from rich.console import Console
+
+    import quant.fp16
+    from pipeline.core.errors import StageFailed
+    from pipeline.core.manifest import Manifest
+    from pipeline.runner import Context, Runner
+    from pipeline.stages import EXPORT, FP16, OPTIMIZE
+
+    def failing(*args, **kwargs):
+        raise StageFailed("fp16: AutoCast failed (test)")
+
+    monkeypatch.setattr(quant.fp16, "convert_fp16", failing)
+    ctx = Context(load_profile("bert-tiny"), tmp_path, Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny"))
+    with pytest.raises(StageFailed, match="AutoCast failed"):
+        Runner(ctx, Console(file=open(tmp_path / "console.txt", "w"), width=200)).run([EXPORT, OPTIMIZE, FP16])
+    assert not [t for t in threading.enumerate() if t.name == "fp32-reference"]
+    assert ctx.cache == {}
+    assert not (tmp_path / "model.fp16.onnx").exists()
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("build")
@@ -130,8 +196,10 @@ def test_build_fp16_int8_records_the_figures(built):
     assert int8["lint"] == {"count": 0, "by_rule": {}} and int8["qdq_pairs"] > 0 and int8["calibration_samples"] == 16
     for name in ("fp16", "int8"):  # the check's own time is on record, a part of its stage's
         assert 0 < stages[name]["metrics"]["accuracy"]["check_seconds"] < stages[name]["seconds"]
-    # the FP32 reference runs once, in the first stage that needs it; the int8 stage reuses it
-    assert 0 < fp16["accuracy"]["reference_seconds"] < fp16["accuracy"]["check_seconds"] and int8["accuracy"]["reference_seconds"] == 0
+    # the FP32 reference runs once, beside the first stage's conversion; the int8 stage reuses it
+    assert 0 < fp16["accuracy"]["reference_seconds"] < stages["fp16"]["seconds"] and int8["accuracy"]["reference_seconds"] == 0
+    for name in ("fp16", "int8"):
+        assert 0 <= stages[name]["metrics"]["accuracy"]["reference_wait_seconds"] <= stages[name]["metrics"]["accuracy"]["check_seconds"]
     for name in ("model.fp16.onnx", "model.int8.onnx"):
         onnx.checker.check_model(str(out / name))
     assert "lint findings" in result.stdout and json.loads((out / "int8.lint.json").read_text())["count"] == 0
@@ -181,9 +249,9 @@ def test_each_model_is_loaded_into_onnxruntime_once_per_build(tmp_path, monkeypa
     opened: list[tuple[str, bool]] = []
     original = verify.OnnxSession.__init__
 
-    def counting(self, path, as_written=False):
+    def counting(self, path, as_written=False, threads=0):
         opened.append((Path(path).name, as_written))
-        original(self, path, as_written)
+        original(self, path, as_written, threads)
 
     monkeypatch.setattr(verify.OnnxSession, "__init__", counting)
     ctx = Context(load_profile("bert-tiny"), tmp_path, Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny"))

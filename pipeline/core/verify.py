@@ -25,15 +25,20 @@ from pipeline.core.errors import InputError, StageFailed
 
 class OnnxSession:
     """One onnxruntime CPU session for an ONNX file; `run` feeds only the inputs the model declares.
-    `as_written` turns onnxruntime's graph optimizations off (module docstring)."""
+    `as_written` turns onnxruntime's graph optimizations off (module docstring); `threads` caps its
+    compute threads (0: onnxruntime's default, one per core), and a capped session does not spin
+    waiting for work, so it leaves the other cores to whatever runs beside it."""
 
-    def __init__(self, path: Path, as_written: bool = False):
+    def __init__(self, path: Path, as_written: bool = False, threads: int = 0):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
         level = ort.GraphOptimizationLevel
         options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written else level.ORT_ENABLE_BASIC
+        if threads:
+            options.intra_op_num_threads = threads
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.path = Path(path)
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -42,12 +47,13 @@ class OnnxSession:
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], run_options=None) -> list[np.ndarray]:
+        """The outputs for `feeds`; `run_options` (onnxruntime.RunOptions) lets another thread stop the run."""
         missing = [name for name in self.inputs if name not in feeds]
         if missing:
             raise InputError(f"{self.path}: model inputs {missing} are not in the profile's [[inputs]]; add them")
         try:
-            return self.session.run(None, {name: feeds[name] for name in self.inputs})
+            return self.session.run(None, {name: feeds[name] for name in self.inputs}, run_options)
         except Exception as err:  # onnxruntime raises its own untyped errors
             shapes = {name: list(feeds[name].shape) for name in self.inputs}
             raise StageFailed(f"{self.path}: onnxruntime cannot run it at input shapes {shapes}: {_run_failure(err)}") from err
