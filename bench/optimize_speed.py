@@ -4,7 +4,7 @@ In one run, on the dynamo export of the bert-base profile (12 x 768, dynamic bat
   (a) python -c "onnx.load + onnx.save"                 the floor: reading and writing the file
   (b) python -m pipeline optimize IN -o OUT             ours, whole process
   (c) python -c "onnxscript.optimizer.optimize + save"  the onnxscript optimizer, whole process
-each 5 times, interleaved; medians and the ratios b/a, c/a. Also the optimize call alone
+each 5 times, interleaved, each process after an untimed os.sync(); medians and the ratios b/a, c/a. Also the optimize call alone
 (in process: shape inference + rules, no load/save) on bert-base, and the ratio of that call
 on a 48-layer to a 12-layer encoder (hidden 256 to keep the exports small; the call never
 reads weights, so only the node count matters).
@@ -53,6 +53,9 @@ def scaled_profile(layers: int, hidden: int, heads: int, ffn: int) -> str:
 
 
 def wall(command: list[str]) -> float:
+    """Wall time of one process; the dirty pages an earlier command left (a 440 MB model) are
+    flushed first, untimed, so no command pays for another's writes."""
+    os.sync()
     started = time.perf_counter()
     subprocess.run(command, check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - started
