@@ -14,7 +14,7 @@ def bench_module(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["build_overhead", "optimize_speed"])
+@pytest.mark.parametrize("name", ["build_overhead", "optimize_speed", "reference_overlap"])
 def test_readme_table_is_rendered_from_the_results_file(name):
     module = bench_module(name)
     text = (REPO / "README.md").read_text()
