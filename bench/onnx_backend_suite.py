@@ -128,6 +128,28 @@ def compare(original: list[Any], optimized: list[Any], expected: list[Any]) -> s
     return None
 
 
+def interface_changed(source: Path, target: Path) -> str | None:
+    """Why the optimized model's inputs or outputs (names and types) are not the original's, or None."""
+    def interface(path: Path) -> list:
+        graph = onnx.load(path, load_external_data=False).graph
+        initializers = {i.name for i in graph.initializer}
+        return [[(v.name, v.type.WhichOneof("value"), _elem_type(v.type)) for v in values]
+                for values in ([i for i in graph.input if i.name not in initializers], graph.output)]
+
+    before, after = interface(source), interface(target)
+    target.unlink(missing_ok=True)
+    return None if before == after else f"inputs/outputs changed: {before} -> {after}"
+
+
+def _elem_type(type_proto: onnx.TypeProto) -> int:
+    while not type_proto.HasField("tensor_type"):
+        kind = type_proto.WhichOneof("value")
+        if kind not in ("sequence_type", "optional_type"):
+            return -1
+        type_proto = getattr(type_proto, kind).elem_type
+    return type_proto.tensor_type.elem_type
+
+
 def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
 
@@ -163,10 +185,9 @@ def check(folder: Path, workdir: Path, via_cli: bool = False) -> dict[str, Any]:
     try:
         optimized = run_ort(target, feeds)
     except Exception as err:  # noqa: BLE001
-        return {**record, "outcome": "changed", "reason": f"the optimized model does not run: {_one_line(err)}"}
-    finally:
         target.unlink(missing_ok=True)
-    why = compare(original, optimized, expected)
+        return {**record, "outcome": "changed", "reason": f"the optimized model does not run: {_one_line(err)}"}
+    why = compare(original, optimized, expected) or interface_changed(folder / "model.onnx", target)
     return {**record, "outcome": "changed" if why else "same", "reason": why}
 
 
@@ -203,6 +224,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(REPO))  # this checkout's pipeline, not an installed one
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=1, help="every K-th model by sorted name (default: all)")
     parser.add_argument("--cli", type=int, default=20, help="also run this many models through the CLI")

@@ -89,7 +89,6 @@ def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
         inline_functions(model)  # modules exported as functions: the rules must see inside them
         # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
         infer_shapes(model)
-        _forget_sequence_types(model)
         stats, history = run_rules(model, rules)
     return model, stats, history
 
@@ -118,15 +117,3 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
         [s.as_dict() for s in stats], history,
     )
 
-
-SEQUENCE_PRODUCERS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceMap"})
-
-
-def _forget_sequence_types(model) -> None:
-    """onnx_ir 1.1 reads an inferred sequence type as its element tensor (GPT-2's
-    SplitToSequence output becomes FLOAT [batch, seq, 64]), which onnxruntime rejects when loading
-    the file: drop those annotations and let the consumer infer them."""
-    for node in model.graph:
-        if node.op_type in SEQUENCE_PRODUCERS and node.domain in ("", "ai.onnx"):
-            for value in node.outputs:
-                value.type, value.shape = None, None

@@ -3,6 +3,10 @@
 A rule (onnxscript's model: pattern / check / rewrite) names the op type its pattern is
 anchored at; `check` returns the bound values, or a string saying why it does not apply;
 `rewrite` edits the graph through `Context`, which counts the nodes it adds and removes.
+
+Rules see the main graph only: the bodies of If/Loop/Scan are written back as they were read
+(with the types shape inference found), never rewritten. A main-graph rewrite still reaches
+into them through values they read from the outer scope, which onnx_ir rewires with every use.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
   piece that copies dim i of x into position i becomes 0 ("copy from input", allowzero=0),
   so the shape subgraph disappears even with dynamic dims (TensorRT wants shape inputs as
   initializers: TensorRT's ONNX parser operator notes).
+
+No fold replaces a graph output (it would become an initializer in the output's place): the
+folds decline with "its output is a graph output".
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ import onnx_ir as ir
 from pipeline.optimize.engine import CLEANUP, Context, Rule
 
 FOLD_LIMIT = 1 << 16  # elements
+# A fold turns a node's output into an initializer, which would take the graph output's place (and
+# name): the folds decline instead and say so in --stats.
+GRAPH_OUTPUT = "its output is a graph output"
 NEVER_FOLD = frozenset({"QuantizeLinear", "DequantizeLinear", "Constant", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"})
 
 
@@ -120,8 +126,10 @@ class FoldConstants(Rule):
         evaluate = EVALUATORS.get(node.op_type)
         if evaluate is None:
             return "no evaluator for this op"
-        if any(out.is_graph_output() for out in node.outputs) or len(node.outputs) != 1:
-            return "a graph output or several outputs"
+        if any(out.is_graph_output() for out in node.outputs):
+            return GRAPH_OUTPUT
+        if len(node.outputs) != 1:
+            return "several outputs"
         if not all(v is None or v.const_value is not None or ctx.producer(v, "Constant") is not None for v in node.inputs):
             return "an input is not constant"  # decided before any weight is read
         sizes = [_size(v) for v in node.inputs]
@@ -193,6 +201,8 @@ class FoldStaticShape(Rule):
     name, anchor, priority = "fold-static-shape", "Shape", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
+        if node.outputs[0].is_graph_output():
+            return GRAPH_OUTPUT
         shape = node.inputs[0].shape
         if shape is None:
             return "input shape unknown"
@@ -210,6 +220,8 @@ class FoldStaticShapeElement(Rule):
     name, anchor, priority = "fold-static-shape-element", "Gather", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
+        if node.outputs[0].is_graph_output():
+            return GRAPH_OUTPUT
         dims = _shape_dims(node.inputs[0], ctx)
         index = ctx.const(node.inputs[1])
         if dims is None or index is None:
