@@ -68,6 +68,7 @@ class Context:
         self.added = 0
         self.removed = 0
         self.history: list[str] = []  # rule names in the order their rewrites were applied
+        self.touched: dict[str, str] = {}  # node name -> the rule that last rewrote or rewired it
         self._names = {n.name for n in self.graph if n.name} | {v.name for v in _values(self.graph) if v.name}
 
     # ---- reading the graph
@@ -173,8 +174,9 @@ def _values(graph: ir.Graph):
         yield from node.outputs
 
 
-def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list[str]]:
-    """Apply `rules` in place; return per-rule statistics and the order rewrites were applied in."""
+def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list[str], dict[str, str]]:
+    """Apply `rules` in place; return per-rule statistics, the order rewrites were applied in, and
+    the rule that last touched each node (by name)."""
     ctx = Context(model)
     stats = {rule.name: RuleStats(rule.name, PRIORITY_NAMES[rule.priority]) for rule in rules}
     usable = [r for r in rules if ctx.opset >= r.min_opset]
@@ -190,7 +192,7 @@ def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list
                 break
         ctx.remove_unused()
     ctx.graph.sort()  # a moved node may now precede a Constant it reads (attention scale in dynamo exports)
-    return list(stats.values()), ctx.history
+    return list(stats.values()), ctx.history, ctx.touched
 
 
 def _one_pass(ctx: Context, by_anchor: dict[str, list[Rule]], stats: dict[str, RuleStats]) -> bool:
@@ -206,8 +208,10 @@ def _one_pass(ctx: Context, by_anchor: dict[str, list[Rule]], stats: dict[str, R
             if isinstance(bound, str):
                 record.why_not[bound] += 1
             else:
+                neighbours = [node, *(use.node for value in node.outputs for use in value.uses())]
                 rule.rewrite(node, bound, ctx)
                 ctx.history.append(rule.name)
+                ctx.touched.update((n.name, rule.name) for n in neighbours if n.name)
                 record.applied += 1
                 changed = True
             record.nodes_added += ctx.added - added

@@ -22,19 +22,21 @@ SMALL_CONSTANT_BYTES = 1024
 log = logging.getLogger(__name__)
 
 
-def infer_shapes(model: ir.Model) -> None:
+def infer_shapes(model: ir.Model) -> bool:
     """Annotate `model`'s values, in every graph, with the shapes and types ONNX shape inference
-    finds (in place). When inference fails the model is left as it was, as onnx_ir's pass does."""
+    finds (in place); return whether inference ran. When inference fails the model is left as it
+    was, as onnx_ir's pass does."""
     import onnx
 
-    proto = _proto_without_weights(model)
+    proto = proto_without_weights(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
     except Exception as err:  # noqa: BLE001 - onnx raises InferenceError, ValidationError or RuntimeError; all mean "no shapes"
         reason = " ".join(str(err).split())  # onnx lists one error per line: one line for the user
         log.warning("note: ONNX shape inference rejects this model (%s); the rules see only the shapes the file declares", reason)
-        return
+        return False
     _annotate(model.graph, inferred.graph)
+    return True
 
 
 def _annotate(graph: ir.Graph, proto) -> None:
@@ -72,7 +74,7 @@ def _set_type(value: ir.Value, type_proto) -> None:
         value.dtype = found.dtype
 
 
-def _proto_without_weights(model: ir.Model):
+def proto_without_weights(model: ir.Model):
     """`model` serialized with its weights as typed graph inputs; `model` itself is restored as it was."""
     graph = model.graph
     initializers = list(graph.initializers.values())
