@@ -11,7 +11,10 @@ load or run it, the model is skipped with onnxruntime's reason. Otherwise optimi
   declined   optimize refused the model with one line (a PipelineError); nothing was written
   changed    the optimized model loads but gives other outputs, or does not load or run
   error      optimize raised anything else (a bug)
-Run: python bench/onnx_backend_suite.py [--every K] [--cli N]  -> bench/results/onnx_backend_suite.json
+The safety net's cost (pipeline/optimize/safety.py) is measured on a large model given with
+--cost-model PATH (bench/optimize_speed.py's bert-base export): the check alone, and the whole
+optimize_file call (load, rules, check, write), 5 runs each, median and min-max.
+Run: python bench/onnx_backend_suite.py [--every K] [--cli N] [--cost-model BERT.onnx]  -> bench/results/onnx_backend_suite.json
 (--every K checks every K-th model by sorted name, as the CI test does; --cli N also runs N models
 through `python -m pipeline optimize` and checks the written files the same way.)
 """
@@ -223,11 +226,40 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def safety_cost(path: Path, runs: int = 5) -> dict[str, Any]:
+    """Seconds of the safety net beside the whole optimize_file call on `path`."""
+    import statistics
+
+    import onnx_ir as ir
+
+    from pipeline.optimize import optimize_file, optimize_model, select_rules
+    from pipeline.optimize.safety import check_optimized
+
+    model, _, history, touched, inferred = optimize_model(ir.load(path), select_rules())
+    check, whole = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(runs):
+            started = time.perf_counter()
+            check_optimized(model, path, history, touched, inferred)
+            check.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            optimize_file(path, Path(tmp) / "out.onnx")
+            whole.append(time.perf_counter() - started)
+
+    def spread(xs: list[float]) -> dict[str, float]:
+        return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
+
+    share = [c / w for c, w in zip(check, whole, strict=True)]
+    return {"model": path.name, "nodes": len(model.graph), "runs": runs, "check_seconds": spread(check),
+            "optimize_file_seconds": spread(whole), "check_share": spread(share)}
+
+
 def main() -> None:
     sys.path.insert(0, str(REPO))  # this checkout's pipeline, not an installed one
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--every", type=int, default=1, help="every K-th model by sorted name (default: all)")
     parser.add_argument("--cli", type=int, default=20, help="also run this many models through the CLI")
+    parser.add_argument("--cost-model", type=Path, help="a large ONNX file to time the safety net on (bert-base)")
     args = parser.parse_args()
     import onnx_ir
     import onnxruntime
@@ -243,9 +275,11 @@ def main() -> None:
         "every": args.every, "tolerance": TOLERANCE, "expected_rtol": EXPECTED_RTOL, "expected_atol": EXPECTED_ATOL,
         "seconds": round(seconds, 1), **summary,
     }
+    if args.cost_model:
+        result["safety_net_cost"] = safety_cost(args.cost_model)
     if args.every == 1:
         RESULTS.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: result[k] for k in ("models", "counts", "seconds")}), file=sys.stderr)
+    print(json.dumps({k: result.get(k) for k in ("models", "counts", "seconds", "safety_net_cost")}), file=sys.stderr)
     for r in summary["not_same"] + [r for r in summary["cli"] if r["outcome"] not in ("same", "ort-cannot-run")]:
         print(f"{r['outcome']:9} {r['test']}: {r['reason']}", file=sys.stderr)
 

@@ -3,6 +3,7 @@ themselves, and a model that fails onnx.checker or onnxruntime loading is never 
 net in pipeline/optimize/safety.py, tested with a rule made to break the graph)."""
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -146,3 +147,27 @@ def test_subgraphs_keep_their_types_and_the_rules_leave_them_alone(tmp_path):
     for cond in (True, False):
         feeds = {"cond": np.array(cond), "x": x}
         assert [o.tolist() for o in run_onnx(target, feeds)] == [o.tolist() for o in run_onnx(source, feeds)]
+
+
+LIGHT_MODELS = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+@pytest.mark.parametrize("name", ["light_bvlc_alexnet", "light_squeezenet"])
+def test_onnx_light_models_ir3_weights_as_constant_of_shape(name, tmp_path):
+    """onnx's "light" models (IR version 3: every initializer is also a graph input; weights are
+    ConstantOfShape nodes): folded initializers are listed among the inputs as IR 3 requires, no
+    fold writes a constant above FOLD_LIMIT elements from small inputs, and the outputs are the same."""
+    from pipeline.optimize.rules.constant_folding import FOLD_LIMIT, GROWS
+
+    source, target = LIGHT_MODELS / f"{name}.onnx", tmp_path / "out.onnx"
+    result = optimize_file(source, target)
+    model = onnx.load(target)
+    assert model.ir_version == 3 and result.checks == ["onnx.checker (full)", "onnxruntime loading"]
+    onnx.checker.check_model(model, full_check=True)
+    assert {i.name for i in model.graph.initializer} <= {i.name for i in model.graph.input}
+    assert max(int(np.prod(i.dims)) for i in model.graph.initializer) <= FOLD_LIMIT
+    why_not = {r["rule"]: r["why_not"] for r in result.rules}["fold-constants"]
+    assert GROWS in why_not and "ConstantOfShape" in result.ops_after
+    data = next(i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer})
+    feeds = {data.name: np.random.default_rng(0).standard_normal([d.dim_value for d in data.type.tensor_type.shape.dim]).astype(np.float32)}
+    assert [o.tolist() for o in run_onnx(target, feeds)] == [o.tolist() for o in run_onnx(source, feeds)]

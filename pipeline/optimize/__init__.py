@@ -57,6 +57,13 @@ def describe_rules() -> list[dict[str, Any]]:
     return [{"rule": r.name, "priority": PRIORITY_NAMES[r.priority], "min_opset": r.min_opset, "rewrite": type(r).__doc__.strip()} for r in ALL_RULES]
 
 
+def _root_cause(err: BaseException) -> str:
+    """The innermost reason of onnx_ir's chained errors, e.g. "Map types are not supported yet"."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err).split(". Please contribute")[0].splitlines()[0].rstrip(".")
+
+
 def _external_tensors(model) -> list[tuple[str, str, int, int | None]]:
     """(name, location, offset, length) of the weights onnx_ir left on disk (external data)."""
     import onnx_ir as ir
@@ -106,7 +113,9 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     require_file(source, "ONNX file", HINT)
     try:
         model = ir.load(source)
-    except Exception as err:  # protobuf and onnx_ir raise several types
+    except ir.serde.SerdeError as err:  # protobuf read it; onnx_ir cannot represent something in it
+        raise InputError(f"{source}: optimize cannot read this model ({_root_cause(err)}); use it unoptimized") from err
+    except Exception as err:  # protobuf raises several types
         raise InputError(f"{source}: not an ONNX model (protobuf cannot parse it: {type(err).__name__}); {HINT}") from err
     check_external_data(_external_tensors(model), Path(source))
     before = Counter(node.op_type for node in model.graph)

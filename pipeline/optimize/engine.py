@@ -69,6 +69,7 @@ class Context:
         self.removed = 0
         self.history: list[str] = []  # rule names in the order their rewrites were applied
         self.touched: dict[str, str] = {}  # node name -> the rule that last rewrote or rewired it
+        self.initializers_are_inputs = model.ir_version < 4  # IR 3 lists every initializer among the graph inputs
         self._names = {n.name for n in self.graph if n.name} | {v.name for v in _values(self.graph) if v.name}
 
     # ---- reading the graph
@@ -122,15 +123,20 @@ class Context:
     def initializer(self, array: np.ndarray, base: str) -> ir.Value:
         value = ir.Value(name=self.unique_name(base), const_value=ir.tensor(array))
         value.shape, value.dtype = ir.Shape(array.shape), ir.DataType.from_numpy(array.dtype)
-        self.graph.register_initializer(value)
+        self._register(value)
         return value
 
     def lazy_initializer(self, compute, dtype: ir.DataType, shape: tuple[int, ...], base: str) -> ir.Value:
         """An initializer whose data `compute()` produces when the model is serialized."""
         value = ir.Value(name=self.unique_name(base), const_value=ir.LazyTensor(compute, dtype, ir.Shape(shape)))
         value.shape, value.dtype = ir.Shape(shape), dtype
-        self.graph.register_initializer(value)
+        self._register(value)
         return value
+
+    def _register(self, value: ir.Value) -> None:
+        self.graph.register_initializer(value)
+        if self.initializers_are_inputs:
+            self.graph.inputs.append(value)
 
     def replace(self, old_nodes: list[ir.Node], new_nodes: list[ir.Node], old_values: list[ir.Value], new_values: list[ir.Value]) -> None:
         """Put `new_nodes` where the node producing the last old value was, rewire `old_values` to
