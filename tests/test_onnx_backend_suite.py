@@ -46,3 +46,15 @@ def test_the_comparison_sees_a_changed_output():
     assert "optional" in SUITE.compare([a], [None], [a])
     assert SUITE.compare([np.array([3])], [np.array([4])], [np.array([3])]) is not None
     assert SUITE.compare([np.array([np.nan, 1.0])], [np.array([np.nan, 1.0])], []) is None
+
+
+def test_the_docs_table_is_the_recorded_run():
+    import json
+
+    result = json.loads(SUITE.RESULTS.read_text())
+    text = SUITE.DOCS.read_text()
+    block = text[text.index(SUITE.TABLE_START) + len(SUITE.TABLE_START) : text.index(SUITE.TABLE_END)]
+    assert block == "\n" + SUITE.docs_table(result)
+    counts = result["counts"]
+    assert sum(counts.values()) == result["models"] and len(result["ort_cannot_run"]) == counts.get("ort-cannot-run", 0)
+    assert result["not_same"] == [] and set(counts) <= {"same", "ort-cannot-run"}
