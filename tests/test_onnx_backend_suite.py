@@ -1,6 +1,7 @@
 """`optimize` on ONNX's own backend node tests (docs/optimize-suite.md): every model onnxruntime runs
 gives the same outputs after optimize, and the optimized model keeps its inputs' and outputs' names
-and types. The whole set runs here (about 1,700 small models, under a minute on 2 cores); a model
+and types; the package's three smaller sets in the same layout (simple, pytorch-converted,
+pytorch-operator) too. The whole set runs here (about 1,800 small models, about a minute on 2 cores); a model
 onnxruntime cannot run as given is skipped with onnxruntime's reason. bench/onnx_backend_suite.py
 runs the same check and records the counts."""
 
@@ -19,13 +20,14 @@ def _suite():
 
 SUITE = _suite()
 NODE_TESTS = SUITE.node_tests()
+ALL_TESTS = NODE_TESTS + [folder for kind in SUITE.OTHER_SETS for folder in SUITE.node_tests(kind)]
 
 
 def test_the_suite_ships_with_onnx():
     assert len(NODE_TESTS) > 1000, f"{SUITE.NODE_TESTS}: expected the onnx package's node tests"
 
 
-@pytest.mark.parametrize("folder", NODE_TESTS, ids=[f.name for f in NODE_TESTS])
+@pytest.mark.parametrize("folder", ALL_TESTS, ids=[f"{f.parent.name}/{f.name}" for f in ALL_TESTS])
 def test_optimize_keeps_the_outputs(folder, tmp_path):
     record = SUITE.check(folder, tmp_path)
     if record["outcome"] == "ort-cannot-run":
