@@ -69,6 +69,7 @@ def _run(check: str, proto, full_check: bool) -> str | None:
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             options.log_severity_level = 4
+            options.intra_op_num_threads = options.inter_op_num_threads = 1  # loaded, never run: no thread pool
             ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # noqa: BLE001 - onnx and onnxruntime raise several untyped errors; each is the reason
         return " ".join(str(err).split())[:400]
