@@ -165,6 +165,9 @@ def test_onnx_light_models_ir3_weights_as_constant_of_shape(name, tmp_path):
     assert model.ir_version == 3 and result.checks == ["onnx.checker (full)", "onnxruntime loading"]
     onnx.checker.check_model(model, full_check=True)
     assert {i.name for i in model.graph.initializer} <= {i.name for i in model.graph.input}
+    added = {i.name for i in model.graph.input} - {i.name for i in onnx.load(source).graph.input}
+    read = {name for node in model.graph.node for name in node.input}
+    assert added and added <= read, "every input the folds added is read"
     assert max(int(np.prod(i.dims)) for i in model.graph.initializer) <= FOLD_LIMIT
     why_not = {r["rule"]: r["why_not"] for r in result.rules}["fold-constants"]
     assert GROWS in why_not and "ConstantOfShape" in result.ops_after

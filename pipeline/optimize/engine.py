@@ -70,6 +70,7 @@ class Context:
         self.history: list[str] = []  # rule names in the order their rewrites were applied
         self.touched: dict[str, str] = {}  # node name -> the rule that last rewrote or rewired it
         self.initializers_are_inputs = model.ir_version < 4  # IR 3 lists every initializer among the graph inputs
+        self._inputs_added: set[ir.Value] = set()  # the initializers the rules listed as inputs (IR 3)
         self._names = {n.name for n in self.graph if n.name} | {v.name for v in _values(self.graph) if v.name}
 
     # ---- reading the graph
@@ -137,6 +138,7 @@ class Context:
         self.graph.register_initializer(value)
         if self.initializers_are_inputs:
             self.graph.inputs.append(value)
+            self._inputs_added.add(value)
 
     def replace(self, old_nodes: list[ir.Node], new_nodes: list[ir.Node], old_values: list[ir.Value], new_values: list[ir.Value]) -> None:
         """Put `new_nodes` where the node producing the last old value was, rewire `old_values` to
@@ -166,6 +168,10 @@ class Context:
             if all(not v.uses() and v not in outputs for v in node.outputs):
                 self.graph.remove(node, safe=True)
                 removed += 1
+        unused_added = {v for v in self._inputs_added if not v.uses() and v not in outputs}
+        if unused_added:  # a fold's intermediate result in IR 3: no user fed it, none can use it
+            self.graph.inputs[:] = [v for v in self.graph.inputs if v not in unused_added]
+            self._inputs_added -= unused_added
         for name, value in list(self.graph.initializers.items()):
             if not value.uses() and value not in outputs and not value.is_graph_input():
                 del self.graph.initializers[name]
