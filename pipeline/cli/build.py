@@ -192,6 +192,7 @@ def optimize(
             why = "; ".join(f"{reason} ({count})" for reason, count in r["why_not"].items())
             table.add_row(r["rule"], r["priority"], str(r["tried"]), str(r["applied"]), str(r["nodes_added"]), str(r["nodes_removed"]), f"{r['seconds'] * 1000:.1f}", why)
         out.print(table)
+        out.print(f"checked before writing: {', '.join(result.checks) or 'nothing the input passes'}", highlight=False)
 
 @app.command(
     help=(

@@ -27,6 +27,7 @@ class OptimizeResult:
     ops_after: dict[str, int]
     rules: list[dict[str, Any]]
     history: list[str]  # rule names in the order their rewrites were applied
+    checks: list[str]  # what the written model was checked with (pipeline/optimize/safety.py)
 
     @property
     def op_delta(self) -> dict[str, int]:
@@ -56,6 +57,13 @@ def describe_rules() -> list[dict[str, Any]]:
     return [{"rule": r.name, "priority": PRIORITY_NAMES[r.priority], "min_opset": r.min_opset, "rewrite": type(r).__doc__.strip()} for r in ALL_RULES]
 
 
+def _root_cause(err: BaseException) -> str:
+    """The innermost reason of onnx_ir's chained errors, e.g. "Map types are not supported yet"."""
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return str(err).split(". Please contribute")[0].splitlines()[0].rstrip(".")
+
+
 def _external_tensors(model) -> list[tuple[str, str, int, int | None]]:
     """(name, location, offset, length) of the weights onnx_ir left on disk (external data)."""
     import onnx_ir as ir
@@ -78,9 +86,9 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
+def optimize_model(model, rules: list) -> tuple[Any, list, list[str], dict[str, str], bool]:
     """Local functions inlined, shape inference, then the rules to a fixed point; returns (model,
-    per-rule stats, history)."""
+    per-rule stats, history, the rule that last touched each node, whether shape inference ran)."""
     from pipeline.core.scopes import inline_functions
     from pipeline.optimize.engine import run_rules
     from pipeline.optimize.shapes import infer_shapes
@@ -88,10 +96,9 @@ def optimize_model(model, rules: list) -> tuple[Any, list, list[str]]:
     with _collector_paused():
         inline_functions(model)  # modules exported as functions: the rules must see inside them
         # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
-        infer_shapes(model)
-        _forget_sequence_types(model)
-        stats, history = run_rules(model, rules)
-    return model, stats, history
+        inferred = infer_shapes(model)
+        stats, history, touched = run_rules(model, rules)
+    return model, stats, history, touched, inferred
 
 
 def optimize_file(source: Path, target: Path, only: list[str] | None = None, skip: list[str] | None = None) -> OptimizeResult:
@@ -99,34 +106,26 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
 
     from pipeline.core.fileio import require_file
     from pipeline.core.onnxfile import HINT, check_external_data
+    from pipeline.optimize.safety import check_optimized
     from pipeline.optimize.writer import write_model
 
     rules = select_rules(only, skip)
     require_file(source, "ONNX file", HINT)
     try:
         model = ir.load(source)
-    except Exception as err:  # protobuf and onnx_ir raise several types
+    except ir.serde.SerdeError as err:  # protobuf read it; onnx_ir cannot represent something in it
+        raise InputError(f"{source}: optimize cannot read this model ({_root_cause(err)}); use it unoptimized") from err
+    except Exception as err:  # protobuf raises several types
         raise InputError(f"{source}: not an ONNX model (protobuf cannot parse it: {type(err).__name__}); {HINT}") from err
     check_external_data(_external_tensors(model), Path(source))
     before = Counter(node.op_type for node in model.graph)
-    model, stats, history = optimize_model(model, rules)
+    model, stats, history, touched, inferred = optimize_model(model, rules)
     after = Counter(node.op_type for node in model.graph)
+    checks = check_optimized(model, Path(source), history, touched, full_check=inferred)
     with atomic_path(target) as tmp:
         write_model(model, tmp)
     return OptimizeResult(
         sum(before.values()), sum(after.values()), dict(before), dict(after),
-        [s.as_dict() for s in stats], history,
+        [s.as_dict() for s in stats], history, checks,
     )
 
-
-SEQUENCE_PRODUCERS = frozenset({"SplitToSequence", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SequenceEmpty", "SequenceMap"})
-
-
-def _forget_sequence_types(model) -> None:
-    """onnx_ir 1.1 reads an inferred sequence type as its element tensor (GPT-2's
-    SplitToSequence output becomes FLOAT [batch, seq, 64]), which onnxruntime rejects when loading
-    the file: drop those annotations and let the consumer infer them."""
-    for node in model.graph:
-        if node.op_type in SEQUENCE_PRODUCERS and node.domain in ("", "ai.onnx"):
-            for value in node.outputs:
-                value.type, value.shape = None, None

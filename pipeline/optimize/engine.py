@@ -3,6 +3,10 @@
 A rule (onnxscript's model: pattern / check / rewrite) names the op type its pattern is
 anchored at; `check` returns the bound values, or a string saying why it does not apply;
 `rewrite` edits the graph through `Context`, which counts the nodes it adds and removes.
+
+Rules see the main graph only: the bodies of If/Loop/Scan are written back as they were read
+(with the types shape inference found), never rewritten. A main-graph rewrite still reaches
+into them through values they read from the outer scope, which onnx_ir rewires with every use.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ class Context:
         self.added = 0
         self.removed = 0
         self.history: list[str] = []  # rule names in the order their rewrites were applied
+        self.touched: dict[str, str] = {}  # node name -> the rule that last rewrote or rewired it
+        self.initializers_are_inputs = model.ir_version < 4  # IR 3 lists every initializer among the graph inputs
+        self._inputs_added: set[ir.Value] = set()  # the initializers the rules listed as inputs (IR 3)
         self._names = {n.name for n in self.graph if n.name} | {v.name for v in _values(self.graph) if v.name}
 
     # ---- reading the graph
@@ -117,15 +124,21 @@ class Context:
     def initializer(self, array: np.ndarray, base: str) -> ir.Value:
         value = ir.Value(name=self.unique_name(base), const_value=ir.tensor(array))
         value.shape, value.dtype = ir.Shape(array.shape), ir.DataType.from_numpy(array.dtype)
-        self.graph.register_initializer(value)
+        self._register(value)
         return value
 
     def lazy_initializer(self, compute, dtype: ir.DataType, shape: tuple[int, ...], base: str) -> ir.Value:
         """An initializer whose data `compute()` produces when the model is serialized."""
         value = ir.Value(name=self.unique_name(base), const_value=ir.LazyTensor(compute, dtype, ir.Shape(shape)))
         value.shape, value.dtype = ir.Shape(shape), dtype
-        self.graph.register_initializer(value)
+        self._register(value)
         return value
+
+    def _register(self, value: ir.Value) -> None:
+        self.graph.register_initializer(value)
+        if self.initializers_are_inputs:
+            self.graph.inputs.append(value)
+            self._inputs_added.add(value)
 
     def replace(self, old_nodes: list[ir.Node], new_nodes: list[ir.Node], old_values: list[ir.Value], new_values: list[ir.Value]) -> None:
         """Put `new_nodes` where the node producing the last old value was, rewire `old_values` to
@@ -155,6 +168,10 @@ class Context:
             if all(not v.uses() and v not in outputs for v in node.outputs):
                 self.graph.remove(node, safe=True)
                 removed += 1
+        unused_added = {v for v in self._inputs_added if not v.uses() and v not in outputs}
+        if unused_added:  # a fold's intermediate result in IR 3: no user fed it, none can use it
+            self.graph.inputs[:] = [v for v in self.graph.inputs if v not in unused_added]
+            self._inputs_added -= unused_added
         for name, value in list(self.graph.initializers.items()):
             if not value.uses() and value not in outputs and not value.is_graph_input():
                 del self.graph.initializers[name]
@@ -169,8 +186,9 @@ def _values(graph: ir.Graph):
         yield from node.outputs
 
 
-def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list[str]]:
-    """Apply `rules` in place; return per-rule statistics and the order rewrites were applied in."""
+def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list[str], dict[str, str]]:
+    """Apply `rules` in place; return per-rule statistics, the order rewrites were applied in, and
+    the rule that last touched each node (by name)."""
     ctx = Context(model)
     stats = {rule.name: RuleStats(rule.name, PRIORITY_NAMES[rule.priority]) for rule in rules}
     usable = [r for r in rules if ctx.opset >= r.min_opset]
@@ -186,7 +204,7 @@ def run_rules(model: ir.Model, rules: list[Rule]) -> tuple[list[RuleStats], list
                 break
         ctx.remove_unused()
     ctx.graph.sort()  # a moved node may now precede a Constant it reads (attention scale in dynamo exports)
-    return list(stats.values()), ctx.history
+    return list(stats.values()), ctx.history, ctx.touched
 
 
 def _one_pass(ctx: Context, by_anchor: dict[str, list[Rule]], stats: dict[str, RuleStats]) -> bool:
@@ -202,8 +220,10 @@ def _one_pass(ctx: Context, by_anchor: dict[str, list[Rule]], stats: dict[str, R
             if isinstance(bound, str):
                 record.why_not[bound] += 1
             else:
+                neighbours = [node, *(use.node for value in node.outputs for use in value.uses())]
                 rule.rewrite(node, bound, ctx)
                 ctx.history.append(rule.name)
+                ctx.touched.update((n.name, rule.name) for n in neighbours if n.name)
                 record.applied += 1
                 changed = True
             record.nodes_added += ctx.added - added

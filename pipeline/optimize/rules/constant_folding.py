@@ -4,11 +4,16 @@
   the op; outputs above FOLD_LIMIT elements are folded only when their large constant inputs
   have no other user, so weights are never duplicated. QuantizeLinear / DequantizeLinear are
   never folded: TensorRT needs a DQ between a weight and its layer.
+  A result above FOLD_LIMIT elements computed from inputs all below it (ConstantOfShape, Expand)
+  is not folded: it would grow the file.
 - `Shape(x) -> c` and `Gather(Shape(x), i) -> c` where those dims of x are static.
 - `Reshape(x, Concat(Unsqueeze(Gather(Shape(x), i)), ..., c)) -> Reshape(x, [0, ..., c])`: a
   piece that copies dim i of x into position i becomes 0 ("copy from input", allowzero=0),
   so the shape subgraph disappears even with dynamic dims (TensorRT wants shape inputs as
   initializers: TensorRT's ONNX parser operator notes).
+
+No fold replaces a graph output (it would become an initializer in the output's place): the
+folds decline with "its output is a graph output".
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ import onnx_ir as ir
 from pipeline.optimize.engine import CLEANUP, Context, Rule
 
 FOLD_LIMIT = 1 << 16  # elements
+# A fold turns a node's output into an initializer, which would take the graph output's place (and
+# name): the folds decline instead and say so in --stats.
+GRAPH_OUTPUT = "its output is a graph output"
+# ConstantOfShape, Expand, Tile, Range: small inputs, a large result. Folding would write the result
+# into the file (onnx's "light" test models, whose weights are ConstantOfShape, grew from kilobytes
+# to up to 575 MB): such folds decline.
+GROWS = "a large result from small inputs (folding would grow the file)"
 NEVER_FOLD = frozenset({"QuantizeLinear", "DequantizeLinear", "Constant", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"})
 
 
@@ -120,8 +132,10 @@ class FoldConstants(Rule):
         evaluate = EVALUATORS.get(node.op_type)
         if evaluate is None:
             return "no evaluator for this op"
-        if any(out.is_graph_output() for out in node.outputs) or len(node.outputs) != 1:
-            return "a graph output or several outputs"
+        if any(out.is_graph_output() for out in node.outputs):
+            return GRAPH_OUTPUT
+        if len(node.outputs) != 1:
+            return "several outputs"
         if not all(v is None or v.const_value is not None or ctx.producer(v, "Constant") is not None for v in node.inputs):
             return "an input is not constant"  # decided before any weight is read
         sizes = [_size(v) for v in node.inputs]
@@ -134,6 +148,9 @@ class FoldConstants(Rule):
                 return "a large fold whose output shape or type is unknown"
             tensors = [ir.convenience.get_const_tensor(v) if v is not None else None for v in node.inputs]
             return {"lazy": (evaluate, node, tensors), "shape": ctx.static_shape(out), "dtype": out.dtype}
+        known = ctx.static_shape(out)
+        if known is not None and int(np.prod(known, dtype=np.int64)) > FOLD_LIMIT and max(sizes, default=0) <= FOLD_LIMIT:
+            return GROWS
         inputs = [ctx.const(v) if v is not None else None for v in node.inputs]
         if any(v is not None and a is None for v, a in zip(node.inputs, inputs, strict=True)):
             return "an input is not constant"
@@ -146,6 +163,8 @@ class FoldConstants(Rule):
             return f"numpy cannot evaluate it ({type(err).__name__})"
         if result.size > FOLD_LIMIT and large_shared:
             return "folding would duplicate a large constant used elsewhere"
+        if result.size > FOLD_LIMIT and max(sizes, default=0) <= FOLD_LIMIT:
+            return GROWS
         expected = node.outputs[0].dtype
         if expected is not None and expected.numpy() != result.dtype:
             result = result.astype(expected.numpy())
@@ -193,6 +212,8 @@ class FoldStaticShape(Rule):
     name, anchor, priority = "fold-static-shape", "Shape", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
+        if node.outputs[0].is_graph_output():
+            return GRAPH_OUTPUT
         shape = node.inputs[0].shape
         if shape is None:
             return "input shape unknown"
@@ -210,6 +231,8 @@ class FoldStaticShapeElement(Rule):
     name, anchor, priority = "fold-static-shape-element", "Gather", CLEANUP
 
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
+        if node.outputs[0].is_graph_output():
+            return GRAPH_OUTPUT
         dims = _shape_dims(node.inputs[0], ctx)
         index = ctx.const(node.inputs[1])
         if dims is None or index is None:

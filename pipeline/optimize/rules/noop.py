@@ -160,9 +160,11 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
 def _bypass(node: ir.Node, source: ir.Value, ctx: Context) -> None:
     out = node.outputs[0]
     if out.is_graph_output():
-        # keep the graph output's name: the producer of `source` now writes it directly
+        # keep the graph output's name, type and shape: the producer of `source` now writes it directly
         out.replace_all_uses_with(source, replace_graph_outputs=True)
         source.name, out.name = out.name, None
+        source.type = out.type or source.type
+        source.shape = out.shape if out.shape is not None else source.shape
     else:
         out.replace_all_uses_with(source)
     ctx.graph.remove(node, safe=True)
