@@ -130,7 +130,7 @@ def test_weak_fp16_sets_the_flag_on_10_and_is_refused_before_building_on_11(conf
 @BOTH_BUILDERS
 def test_parser_errors_name_the_node_in_one_line_and_nothing_is_written(conformance, version, builder):
     result = outcome(conformance, version, f"{builder}_build_parser_errors")
-    assert result["error"].startswith("InputError: ") and "\n" not in result["error"]
+    assert result["error"].startswith("StageFailed: ") and "\n" not in result["error"]
     assert "/block/FancyOp" in result["error"] and "No importer registered for op: FancyOp" in result["error"]
     assert not calls(result, "Builder.build_serialized_network")
     assert not [entry for entry in result["device"] if entry["op"] == "malloc"]

@@ -92,8 +92,25 @@ def build(
             raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
         options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
-        ctx = Context(loaded, out_dir, manifest, options)
-        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+        ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
+        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(options), until=until.value if until else None)
+
+
+def _docker_hint(profile, options: dict, out: Path) -> str:
+    """The command that runs this build, with the user's profile, options and output folder, in our image."""
+    from trt.capability import docker_command, profile_argument
+
+    arguments: list[str | Path] = ["build", "--profile", profile_argument(profile)]
+    if options.get("onnx"):
+        arguments += ["--onnx", Path(options["onnx"])]
+    arguments += [flag for key, flag in (("fp16", "--fp16"), ("int8", "--int8"), ("weak_fp16", "--weak-fp16")) if options.get(key)]
+    if options.get("calib"):
+        arguments += ["--calib", Path(options["calib"])]
+    for key, flag in (("preset", "--preset"), ("min_cosine", "--min-cosine"), ("verbosity", "--verbosity")):
+        if options.get(key) is not None:
+            arguments += [flag, str(options[key])]
+    model = profile.onnx_path()
+    return docker_command([*arguments, "--out", out, "--strict"], also_mount=[model] if model else [])
 
 
 def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
