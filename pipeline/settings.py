@@ -134,6 +134,16 @@ class _Undeclared:
         return f"<{self._section}: only {sorted(self._declared)} declared by stage {self._stage!r}>"
 
 
+class _ProfileView(Profile):
+    """The profile as one stage may see it: a part it did not declare raises when read."""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if isinstance(value, _Undeclared) and not value._declared:
+            raise UndeclaredSetting(f"stage {value._stage!r} read the profile's {name}, which it does not declare: add {name!r} to its reads")
+        return value
+
+
 class Settings:
     """The settings one stage declared, resolved once; frozen. `settings.profile` is the profile as the
     stage may see it (undeclared parts raise), `settings.calib` etc. the options it declared."""
@@ -156,7 +166,7 @@ class Settings:
             else:
                 parts = {n.split(".", 1)[1]: values[n] for n in names if n.startswith(field + ".")}
                 view[field] = _Undeclared(stage, field, parts)
-        for slot, value in (("stage", stage), ("names", names), ("profile", Profile.model_construct(**view)),
+        for slot, value in (("stage", stage), ("names", names), ("profile", _ProfileView.model_construct(**view)),
                             ("_values", MappingProxyType(values)), ("_keys", MappingProxyType(keys))):
             object.__setattr__(self, slot, value)
 
