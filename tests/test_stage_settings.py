@@ -142,3 +142,15 @@ def test_a_stage_reading_a_setting_it_did_not_declare_fails(tiny, tmp_path):
         Runner(ctx, Console(file=open(tmp_path / "c.txt", "w"))).run([Stage("int8", sneaky, reads=("quant.preset",))])
     (record,) = Manifest.load_or_new(tmp_path / "manifest.json", profile.name).stages
     assert record.status == "failed" and "quant.samples" in record.reason
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_quantize_and_build_give_the_same_model(tiny, first_run, tmp_path, precision):
+    """`quantize` calls the stage's own entry with the settings its flags and the profile make: same bytes."""
+    from conftest import run_cli
+
+    _, folder = tiny
+    output = tmp_path / f"q.{precision}.onnx"
+    result = run_cli("quantize", str(first_run / "model.opt.onnx"), "-o", str(output), f"--{precision}", "--profile", str(folder / "p.toml"))
+    assert result.returncode == 0, result.stderr
+    assert output.read_bytes() == (first_run / f"model.{precision}.onnx").read_bytes()

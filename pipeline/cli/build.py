@@ -227,12 +227,11 @@ def quantize(
     int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
-    preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
 ) -> None:
     from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
-    from pipeline.core.quiet import captured
 
     if not (fp16 or int8):
         raise PipelineError("quantize: give --fp16, --int8 or both")
@@ -242,17 +241,21 @@ def quantize(
     load_onnx(source)
     out = stdout_console()
     if fp16 and not int8:
-        from pipeline.core.samples import make_inputs, model_feeds, range_sizes
+        from pipeline.core.samples import model_feeds
+        from pipeline.settings import Settings
+        from pipeline.stages.fp16 import FP16, convert, shape_checks
         from quant.calibration import model_inputs
-        from quant.fp16 import convert_fp16
 
-        if profile is not None:
-            loaded = load_profile(profile)
-            checks = [make_inputs(loaded, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(loaded))]
-        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs
+        if profile is not None:  # the fp16 stage's settings and shape checks, from the profile
+            settings = Settings("fp16", load_profile(profile), {}, FP16.reads)
+            checks = shape_checks(settings.profile)
+        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; no exclusions
+            base = load_profile(DEFAULT_PROFILE)
+            base = base.model_copy(update={"quant": base.quant.model_copy(update={"fp16_exclude_op_types": [], "fp16_exclude_nodes": []})})
+            settings = Settings("fp16", base, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
             checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
-        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"), captured():
-            result = convert_fp16(source, output, [], [], checks)
+        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"):
+            result = convert(settings.profile, source, output, checks)
         if result.checked_shapes:
             first = next(iter(result.checked_shapes[0]))
             checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
@@ -260,24 +263,27 @@ def quantize(
             checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
         out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers}); {checked}", highlight=False)
         return
-    from quant.calibration import calibration_data
-    from quant.int8 import quantize_int8
+    from pipeline.settings import Settings
+    from pipeline.stages.int8 import QUANTIZE_READS
+    from pipeline.stages.int8 import quantize as quantize_int8
 
     if calib is None and profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
-    loaded = load_profile(profile or "bert-tiny")
-    data, origin = calibration_data(loaded, calib, source)
-    batch = loaded.shape(loaded.inputs[0])[0]
+    # the int8 stage's settings: the profile's, with this command's flags in place of the build's
+    float_dtype = {"int8_float_dtype": "fp16"} if fp16 else {}
+    loaded = load_profile(profile or DEFAULT_PROFILE)
+    loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update=float_dtype)})
+    settings = Settings("int8", loaded, {"calib": calib, "preset": preset.value if preset else None}, QUANTIZE_READS)
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"calibrating ({preset.value})", total=None)
-        with captured():
-            result = quantize_int8(source, output, data, batch, preset.value, "fp16" if fp16 else "fp32",
-                                   on_step=lambda done, total: progress.update(task, completed=done, total=total))
+        task = progress.add_task(f"calibrating ({settings.profile.quant.preset})", total=None)
+        result, origin = quantize_int8(settings.profile, settings.calib, source, output,
+                                       on_step=lambda done, total: progress.update(task, completed=done, total=total))
     findings = result.findings
     out.print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
               f"lint-qdq: {len(findings)} findings", highlight=False)
+
 
 def _runs(model: Path, feeds: dict) -> bool:
     from pipeline.core.verify import run_onnx
