@@ -10,7 +10,6 @@ from pipeline.core.manifest import Manifest
 from pipeline.core.profiles import load_profile
 from pipeline.runner import Context, Runner, Stage, StageResult
 
-
 SETTING_OF = {"export": "bench_iterations", "optimize": "bench_warmup", "fp16": "profile_iterations", "int8": "profile_warmup"}
 
 
