@@ -154,3 +154,26 @@ def test_quantize_and_build_give_the_same_model(tiny, first_run, tmp_path, preci
     result = run_cli("quantize", str(first_run / "model.opt.onnx"), "-o", str(output), f"--{precision}", "--profile", str(folder / "p.toml"))
     assert result.returncode == 0, result.stderr
     assert output.read_bytes() == (first_run / f"model.{precision}.onnx").read_bytes()
+
+
+def test_a_library_failing_on_a_valid_model_is_a_failed_stage(tiny, first_run, tmp_path, monkeypatch):
+    """ModelOpt raising on the (valid) optimized model: the int8 stage is `failed`, one line naming the
+    library's error, exit code 1 (a failed stage), not 2 (the user's input)."""
+    import modelopt.onnx.quantization
+
+    from pipeline.core.errors import StageFailed
+
+    def broken(**kwargs):
+        raise RuntimeError("calibration produced no ranges\nsecond line of the library's message")
+
+    monkeypatch.setattr(modelopt.onnx.quantization, "quantize", broken)
+    profile, _ = tiny
+    out = tmp_path / "out"
+    shutil.copytree(first_run, out)
+    ctx = Context(profile, out, Manifest.load_or_new(out / "manifest.json", profile.name), dict(BASE_OPTIONS))
+    with pytest.raises(StageFailed) as info:
+        Runner(ctx, Console(file=open(tmp_path / "c.txt", "w")), force=True).run(CPU_STAGES)
+    assert info.value.exit_code == 1
+    record = Manifest.load_or_new(out / "manifest.json", profile.name).get("int8")
+    assert record.status == "failed" and "\n" not in record.reason
+    assert record.reason.startswith("int8: ModelOpt cannot quantize") and "RuntimeError: calibration produced no ranges" in record.reason
