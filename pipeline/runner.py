@@ -99,32 +99,41 @@ class Job:
 
     stage: Stage
     settings: Settings
-    ctx: Context
+    _ctx: Context
     status: Status
 
     @property
     def out(self) -> Path:
-        return self.ctx.out
+        return self._ctx.out
 
     @property
     def cache(self) -> dict[Any, Any]:
-        return self.ctx.cache
+        return self._ctx.cache
+
+    def rerun_hint(self) -> str:
+        """The command that runs this build on a machine with TensorRT (for a skipped stage's reason)."""
+        return self._ctx.rerun_hint() if self._ctx.rerun_hint else "python -m pipeline build ... --strict"
+
+    def status_of(self, stage: str) -> str | None:
+        """How an earlier stage ended (done, cached, skipped, failed, ...), None when it has not run."""
+        record = self._ctx.manifest.get(stage)
+        return record.status if record else None
 
     def input(self, stage: str, label: str) -> Path:
         """An earlier stage's output this stage declared (reading one it did not declare is a bug)."""
         declared = self.stage.input_names(self.settings)
         if f"{stage}.{label}" not in declared and f"{stage}.*" not in declared:
             raise UndeclaredSetting(f"stage {self.stage.name!r} read {stage}.{label}, which it does not declare in its inputs")
-        return self.ctx.input(stage, label)
+        return self._ctx.input(stage, label)
 
     def input_sha256(self, stage: str, label: str) -> str:
         """The recorded sha256 of a declared input (what the fingerprint holds), without hashing it again."""
         path = self.input(stage, label)
-        return self.ctx.manifest.get(stage).output_sha256.get(label) or sha256_file(path)
+        return self._ctx.manifest.get(stage).output_sha256.get(label) or sha256_file(path)
 
     def outputs_of(self, stage: str) -> list[str]:
         """The labels an earlier, usable stage recorded (e.g. which engines the build wrote)."""
-        record = self.ctx.manifest.get(stage)
+        record = self._ctx.manifest.get(stage)
         if f"{stage}.*" not in self.stage.input_names(self.settings):
             raise UndeclaredSetting(f"stage {self.stage.name!r} read {stage}'s outputs, which it does not declare as {stage}.*")
         return list(record.outputs) if record is not None and record.status in ("done", "cached") else []
@@ -171,8 +180,8 @@ class Runner:
                 job = Job(stage, settings, self.ctx, lambda text: progress.update(task, description=text))
                 result = stage.run(job)
                 record = self._record(stage, result, fingerprint if stage.cached else None, started, key)
-                if record.status == "done" and not result.reason:
-                    record.reason = self._why_rerun(stage, previous, key)
+                if record.status == "done" and stage.cached and not result.reason:
+                    record.reason = self._why_rerun(previous, key)
         except BaseException as err:
             status, reason = self._failure(err)
             failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id)
@@ -218,10 +227,9 @@ class Runner:
                 digests[each] = sha256_file(path)
         return digests if label == "*" else digests[label]
 
-    @staticmethod
-    def _why_rerun(stage: Stage, previous: StageRecord | None, key: dict[str, Any]) -> str:
-        """Which part of the declaration changed since the last run that recorded one."""
-        if previous is None or not previous.key:
+    def _why_rerun(self, previous: StageRecord | None, key: dict[str, Any]) -> str:
+        """Which part of the declaration changed since the stage's last run ("" for its first run)."""
+        if previous is None:
             return ""
         changed = []
         for part, what in (("settings", "setting"), ("inputs", "input"), ("code", "code of"), ("packages", "package")):
@@ -229,9 +237,13 @@ class Runner:
             for name in sorted(before.keys() | now.keys()):
                 if before.get(name) != now.get(name):
                     changed.append(f"{what} {name}{_change(before.get(name), now.get(name)) if part in ('settings', 'packages') else ''}")
-        if not changed:
-            return "rerun: forced" if previous.status in ("done", "cached") else f"rerun: the last run was {previous.status}"
-        return "rerun: " + "; ".join(changed) + " changed"
+        if changed and previous.key:
+            return "rerun: " + "; ".join(changed) + " changed"
+        if previous.status not in ("done", "cached"):
+            return f"rerun: its last run was {previous.status}"
+        if self.force:
+            return "rerun: --force"
+        return "rerun: its outputs were changed or removed since its last run" if previous.key else ""
 
     @staticmethod
     def _failure(err: BaseException) -> tuple[str, str]:

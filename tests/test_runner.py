@@ -168,3 +168,16 @@ def test_manifest_writes_merge_records_written_meanwhile(tmp_path):
     second.put(StageRecord("int8", "done", 1.0))
     names = [s["name"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]]
     assert names == ["fp16", "int8"]
+
+
+def test_a_stage_that_runs_again_says_why(tmp_path):
+    counting = CountingStage()
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].reason == ""
+    assert make_runner(tmp_path, counting, force=True).run([counting.stage()])[0].reason == "rerun: --force"
+    counting.setting = 2
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].reason == "rerun: setting build.bench_iterations (1 -> 2) changed"
+    (tmp_path / "export.txt").write_text("edited")
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].reason == "rerun: its outputs were changed or removed since its last run"
+    assert "          rerun: setting build.bench_iterations (1 -> 2) changed" in (tmp_path / "console.txt").read_text()
+    record = json.loads((tmp_path / "manifest.json").read_text())["stages"][0]
+    assert record["key"]["settings"] == {"build.bench_iterations": 2} and set(record["key"]) == {"settings", "inputs", "code", "packages"}

@@ -32,8 +32,7 @@ def _skip_without_tensorrt(what: str, job: Job) -> StageResult | None:
     missing = tensorrt_missing()
     if missing is None:
         return None
-    hint = job.ctx.rerun_hint() if job.ctx.rerun_hint else "python -m pipeline build ... --strict"
-    reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {hint}"
+    reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {job.rerun_hint()}"
     return StageResult({}, skipped=True, reason=reason, capability_missing=True)
 
 
@@ -82,8 +81,8 @@ def _engines_built(job: Job) -> list[str]:
 
 
 def _no_engine(what: str, job: Job) -> StageResult:
-    record = job.ctx.manifest.get("build")
-    why = f"the build stage was {record.status}" if record else "no build stage ran"
+    status = job.status_of("build")
+    why = f"the build stage was {status}" if status else "no build stage ran"
     return StageResult({}, skipped=True, reason=f"{what}: no engine layer information ({why})", capability_missing=False)
 
 
