@@ -146,13 +146,16 @@ def test_a_stage_reading_a_setting_it_did_not_declare_fails(tiny, tmp_path):
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_quantize_and_build_give_the_same_model(tiny, first_run, tmp_path, precision):
-    """`quantize` calls the stage's own entry with the settings its flags and the profile make: same bytes."""
-    from conftest import run_cli
+    """`quantize` calls the stage's own entry with the settings its flags and the profile make: same bytes.
+    (The command runs in this process: ModelOpt is imported once for the module.)"""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
 
     _, folder = tiny
     output = tmp_path / f"q.{precision}.onnx"
-    result = run_cli("quantize", str(first_run / "model.opt.onnx"), "-o", str(output), f"--{precision}", "--profile", str(folder / "p.toml"))
-    assert result.returncode == 0, result.stderr
+    result = CliRunner().invoke(app, ["quantize", str(first_run / "model.opt.onnx"), "-o", str(output), f"--{precision}", "--profile", str(folder / "p.toml")])
+    assert result.exit_code == 0, result.output
     assert output.read_bytes() == (first_run / f"model.{precision}.onnx").read_bytes()
 
 
