@@ -8,7 +8,7 @@ stage cannot depend on a setting that its cache key leaves out.
 
 Command-line options override the profile field they stand for (`--preset` -> `quant.preset`,
 `--min-cosine` -> `quant.min_cosine_fp16` and `quant.min_cosine_int8`, `--verbosity` ->
-`build.verbosity`); the rest are settings of their own (`onnx`, `calib`, `precisions`,
+`build.verbosity`, export's `--exporter` -> `export`); the rest are settings of their own (`onnx`, `calib`, `precisions`,
 `weak_fp16`). A setting naming a file (`onnx`, `calib`) is keyed by the file's sha256 too.
 """
 
@@ -82,7 +82,7 @@ REGISTRY: dict[str, Setting] = {
         Setting("model", lambda p, o: p.model, key=_model_key),
         Setting("inputs", lambda p, o: p.inputs),
         Setting("dims", lambda p, o: p.dims),
-        Setting("export", lambda p, o: p.export),
+        Setting("export", lambda p, o: p.export.model_copy(update={"exporter": o["exporter"]}) if o.get("exporter") else p.export),
         Setting("optimize", lambda p, o: p.optimize),
         _field("quant", "preset", "preset"),
         # synthetic calibration samples: none are made when --calib gives the data

@@ -144,12 +144,17 @@ def export(
     from pipeline.core.profiles import load_profile
     from pipeline.export import export_model
 
+    from pipeline.settings import Settings
+    from pipeline.stages.export import EXPORT
+
     check_outputs([output], [])
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
+    # the export stage's settings, with --exporter in place of the profile's
+    settings = Settings("export", loaded, {"exporter": exporter.value if exporter else None}, EXPORT.reads)
     with console.status(f"exporting {loaded.name}") as spinner:
-        result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update,
+        result = export_model(settings.profile, output, status=spinner.update,
                               functions=[n.strip() for n in functions.split(",") if n.strip()] if functions else None)
     stdout_console().print(
         f"wrote {output}: {result.nodes} nodes, {result.exporter} exporter, opset {result.opset}, "
