@@ -143,7 +143,6 @@ def export(
     from pipeline.core.fileio import check_outputs
     from pipeline.core.profiles import load_profile
     from pipeline.export import export_model
-
     from pipeline.settings import Settings
     from pipeline.stages.export import EXPORT
 
