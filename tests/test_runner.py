@@ -181,3 +181,25 @@ def test_a_stage_that_runs_again_says_why(tmp_path):
     assert "          rerun: setting build.bench_iterations (1 -> 2) changed" in (tmp_path / "console.txt").read_text()
     record = json.loads((tmp_path / "manifest.json").read_text())["stages"][0]
     assert record["key"]["settings"] == {"build.bench_iterations": 2} and set(record["key"]) == {"settings", "inputs", "code", "packages"}
+
+
+def test_a_new_version_of_a_declared_package_reruns_the_stage(tmp_path, monkeypatch):
+    """The TensorRT version is part of the build's key: a new TensorRT rebuilds the engines."""
+    import pipeline.runner
+    from pipeline.stages import BUILD
+
+    assert "tensorrt" in BUILD.packages
+    runs = []
+
+    def run(job):
+        runs.append(1)
+        (tmp_path / "engine").write_text("plan")
+        return StageResult({"engine": tmp_path / "engine"})
+
+    stage = Stage("build", run, packages=("tensorrt",))
+    monkeypatch.setattr(pipeline.runner, "package_version", lambda name: "10.8.0.43")
+    make_runner(tmp_path).run([stage])
+    assert make_runner(tmp_path).run([stage])[0].status == "cached"
+    monkeypatch.setattr(pipeline.runner, "package_version", lambda name: "10.13.0.35")
+    (record,) = make_runner(tmp_path).run([stage])
+    assert record.status == "done" and record.reason == 'rerun: package tensorrt ("10.8.0.43" -> "10.13.0.35") changed' and len(runs) == 2
