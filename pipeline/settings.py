@@ -100,11 +100,11 @@ REGISTRY: dict[str, Setting] = {
     ]
 }
 OPTIONS = ("onnx", "calib", "precisions", "weak_fp16")  # settings that are not a profile field
-SECTIONS = ("model", "inputs", "dims", "export", "optimize")  # profile fields read whole
 ALWAYS = ("name", "description", "source")  # the profile's identity: not settings
 
 
 def jsonable(value: Any) -> Any:
+    """A setting's value as JSON can hold it (the fingerprint and the manifest keep it)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, Mapping):
