@@ -2,6 +2,7 @@
 runs the quick start's first steps from an empty folder, in a fresh venv that sees nothing of the checkout."""
 
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -14,7 +15,13 @@ from conftest import REPO
 def installed(tmp_path_factory):
     """A fresh venv (torch and the other dependencies from the system site-packages) with the wheel installed."""
     root = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), "-q"],
+    source = root / "source"  # setuptools builds in the source folder: a copy, so no build/ of an earlier layout is picked up
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("pipeline", "trt", "quant", "profiles"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), "-q"],
                            capture_output=True, text=True, cwd=root)
     assert build.returncode == 0, build.stderr
     (wheel,) = (root / "dist").glob("trt_pipeline-*.whl")
