@@ -180,3 +180,14 @@ def test_a_library_failing_on_a_valid_model_is_a_failed_stage(tiny, first_run, t
     record = Manifest.load_or_new(out / "manifest.json", profile.name).get("int8")
     assert record.status == "failed" and "\n" not in record.reason
     assert record.reason.startswith("int8: ModelOpt cannot quantize") and "RuntimeError: calibration produced no ranges" in record.reason
+
+
+def test_calibration_batches_come_from_the_profile_that_describes_the_model(tiny, first_run):
+    """quantize --int8 --calib without --profile used bert-tiny's batch for any model: a profile describing
+    other inputs says nothing of this model's batch (1), the model's own profile does (opt 4)."""
+    from pipeline.stages.int8 import calibration_batch
+
+    profile, _ = tiny
+    model = first_run / "model.opt.onnx"  # dynamic batch
+    assert calibration_batch(profile, model) == profile.dims["batch"].opt == 4
+    assert calibration_batch(load_profile("bert-tiny"), model) == 1

@@ -16,15 +16,16 @@ QUANTIZE_READS = ("calib", "inputs", "dims", "quant.preset", "quant.samples", "q
 
 
 def calibration_batch(profile: Profile, source: Path) -> int:
-    """Samples per calibration run: the model's static batch dim, else the profile's batch size at opt."""
+    """Samples per calibration run: the model's static batch dim, else the profile's batch size (at opt) for
+    the model's first input it describes, else 1 (a profile describing another model says nothing of this one)."""
     from quant.calibration import model_inputs
 
-    first = next(iter(model_inputs(source).values()), ("", []))[1]
+    inputs = model_inputs(source)
+    first = next(iter(inputs.values()), ("", []))[1]
     if first and first[0] is not None:
         return first[0]
     named = {spec.name: spec for spec in profile.inputs}
-    spec = next((named[name] for name in model_inputs(source) if name in named), profile.inputs[0])
-    return profile.shape(spec)[0]
+    return next((profile.shape(named[name])[0] for name in inputs if name in named), 1)
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
