@@ -191,3 +191,18 @@ def test_calibration_batches_come_from_the_profile_that_describes_the_model(tiny
     model = first_run / "model.opt.onnx"  # dynamic batch
     assert calibration_batch(profile, model) == profile.dims["batch"].opt == 4
     assert calibration_batch(load_profile("bert-tiny"), model) == 1
+
+
+def test_the_table_in_docs_stages_md_is_what_the_stages_declare():
+    import re
+
+    from conftest import REPO
+
+    lines = (REPO / "docs" / "stages.md").read_text().split("## Which settings each stage reads", 1)[1].splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines if line.startswith("|")]
+    header, documented = rows[0], {}
+    for row in rows[2:]:
+        for name in re.findall(r"`([\w.]+)`", row[0].split(" (")[0]):  # the settings named before any remark
+            documented[name] = {header[i] for i, cell in enumerate(row) if cell == "x"}
+    declared = {name: {s.name for s in STAGES if name in s.reads} for name in REGISTRY}
+    assert documented == declared
