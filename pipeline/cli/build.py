@@ -274,9 +274,14 @@ def quantize(
     if calib is None and profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
     # the int8 stage's settings: the profile's, with this command's flags in place of the build's
-    float_dtype = {"int8_float_dtype": "fp16"} if fp16 else {}
-    loaded = load_profile(profile or DEFAULT_PROFILE)
-    loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update=float_dtype)})
+    if profile is not None:
+        loaded = load_profile(profile)
+    else:  # --calib alone: the [quant] defaults, and no sequence range or batch taken from another model's profile
+        from pipeline.core.profiles import QuantSection
+
+        loaded = load_profile(DEFAULT_PROFILE).model_copy(update={"dims": {}, "quant": QuantSection()})
+    if fp16:
+        loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
     settings = Settings("int8", loaded, {"calib": calib, "preset": preset.value if preset else None}, QUANTIZE_READS)
     from rich.progress import Progress
 
