@@ -253,10 +253,11 @@ def quantize(
         if profile is not None:  # the fp16 stage's settings and shape checks, from the profile
             settings = Settings("fp16", load_profile(profile), {}, FP16.reads)
             checks = shape_checks(settings.profile)
-        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; no exclusions
-            base = load_profile(DEFAULT_PROFILE)
-            base = base.model_copy(update={"quant": base.quant.model_copy(update={"fp16_exclude_op_types": [], "fp16_exclude_nodes": []})})
-            settings = Settings("fp16", base, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
+        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; the [quant] defaults (no exclusions)
+            from pipeline.core.profiles import QuantSection
+
+            defaults = load_profile(DEFAULT_PROFILE).model_copy(update={"quant": QuantSection()})
+            settings = Settings("fp16", defaults, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
             checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
         with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"):
             result = convert(settings.profile, source, output, checks)
