@@ -1,16 +1,20 @@
 """The stage runner: runs stages in order, caches unchanged ones, records each in the manifest.
 
-A stage is cached when its fingerprint (settings + hashes of its input files) equals the
-one recorded by its last successful run and its outputs are still the files it wrote (same
-sha256); `force` reruns it. Whatever ends a stage is recorded: `done`, `skipped`, `failed`
+A stage declares what decides its result (`Stage`: the settings it reads, the earlier
+stages' files, its code and package versions); its fingerprint is made from exactly that.
+It is cached when the fingerprint equals the one recorded by its last successful run and its
+outputs are still the files it wrote (same sha256); `force` reruns it. A stage that runs
+again records (and prints) which part of its declaration changed. Whatever ends a stage is recorded: `done`, `skipped`, `failed`
 (a check, bad input or a bug) or `interrupted` (Ctrl-C). Records of stages this run did not
 run are kept; those downstream of a stage that ran again are marked `stale`.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +30,7 @@ from pipeline.core.fileio import sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, Manifest, StageRecord, downstream
 from pipeline.core.profiles import Profile
 from pipeline.core.text import printable
+from pipeline.settings import Settings, UndeclaredSetting
 
 Status = Callable[[str], None]
 
@@ -41,13 +46,15 @@ class StageResult:
 
 @dataclass
 class Context:
-    """What every stage sees: the profile, the output folder, the manifest, the run's options."""
+    """What the runner holds for one build: the profile, the command line's options, the output folder,
+    the manifest. Stages never see the profile or the options: each gets its declared `Settings`."""
 
     profile: Profile
     out: Path
     manifest: Manifest
     options: dict[str, Any] = field(default_factory=dict)
     cache: dict[Any, Any] = field(default_factory=dict)  # results stages share within one build (e.g. FP32 outputs)
+    rerun_hint: Callable[[], str] | None = None  # the command that runs this build where TensorRT is (for a skipped stage's reason)
 
     def input(self, stage: str, label: str) -> Path:
         record = self.manifest.get(stage)
@@ -59,12 +66,77 @@ class Context:
         return path
 
 
+Inputs = Callable[[Settings], Iterable[str]]
+
+
 @dataclass(frozen=True)
 class Stage:
+    """A stage declares what decides its result; the runner keys its cache on exactly that.
+
+    reads: the settings it reads (names in pipeline/settings.py); its `Settings` holds only these.
+    inputs: the earlier stages' files it reads, as "stage.label" ("stage.*": every output of that stage),
+        or a function of its settings giving them (the build reads fp16.onnx only when FP16 is built).
+    code: our modules (or packages) whose source decides its result; packages: distributions whose version does.
+    cached: False for stages that depend on this machine or are cheap: they always run.
+    """
+
     name: str
-    fingerprint: Callable[[Context], dict[str, Any]]
-    run: Callable[[Context, Status], StageResult]
+    run: Callable[[Job], StageResult]
+    reads: tuple[str, ...] = ()
+    inputs: tuple[str, ...] | Inputs = ()
+    code: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+    cached: bool = True
     key_metric: Callable[[dict[str, Any]], str] = lambda metrics: ""
+
+    def input_names(self, settings: Settings) -> tuple[str, ...]:
+        return tuple(self.inputs(settings) if callable(self.inputs) else self.inputs)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a stage's run receives: its settings, the files it declared, its output folder."""
+
+    stage: Stage
+    settings: Settings
+    _ctx: Context
+    status: Status
+
+    @property
+    def out(self) -> Path:
+        return self._ctx.out
+
+    @property
+    def cache(self) -> dict[Any, Any]:
+        return self._ctx.cache
+
+    def rerun_hint(self) -> str:
+        """The command that runs this build on a machine with TensorRT (for a skipped stage's reason)."""
+        return self._ctx.rerun_hint() if self._ctx.rerun_hint else "python -m pipeline build ... --strict"
+
+    def status_of(self, stage: str) -> str | None:
+        """How an earlier stage ended (done, cached, skipped, failed, ...), None when it has not run."""
+        record = self._ctx.manifest.get(stage)
+        return record.status if record else None
+
+    def input(self, stage: str, label: str) -> Path:
+        """An earlier stage's output this stage declared (reading one it did not declare is a bug)."""
+        declared = self.stage.input_names(self.settings)
+        if f"{stage}.{label}" not in declared and f"{stage}.*" not in declared:
+            raise UndeclaredSetting(f"stage {self.stage.name!r} read {stage}.{label}, which it does not declare in its inputs")
+        return self._ctx.input(stage, label)
+
+    def input_sha256(self, stage: str, label: str) -> str:
+        """The recorded sha256 of a declared input (what the fingerprint holds), without hashing it again."""
+        path = self.input(stage, label)
+        return self._ctx.manifest.get(stage).output_sha256.get(label) or sha256_file(path)
+
+    def outputs_of(self, stage: str) -> list[str]:
+        """The labels an earlier, usable stage recorded (e.g. which engines the build wrote)."""
+        record = self._ctx.manifest.get(stage)
+        if f"{stage}.*" not in self.stage.input_names(self.settings):
+            raise UndeclaredSetting(f"stage {self.stage.name!r} read {stage}'s outputs, which it does not declare as {stage}.*")
+        return list(record.outputs) if record is not None and record.status in ("done", "cached") else []
 
 
 class Runner:
@@ -96,15 +168,20 @@ class Runner:
     def _run_one(self, stage: Stage, progress: Progress) -> StageRecord:
         task = progress.add_task("checking inputs", stage=stage.name)
         started = time.perf_counter()
+        previous = self.ctx.manifest.get(stage.name)
         try:
-            fingerprint = sha256_json(stage.fingerprint(self.ctx))
-            previous = self.ctx.manifest.get(stage.name)
-            if not self.force and self._reusable(previous, fingerprint):
+            settings = Settings(stage.name, self.ctx.profile, self.ctx.options, stage.reads)
+            key = self._key(stage, settings)
+            fingerprint = sha256_json(key)
+            if stage.cached and not self.force and self._reusable(previous, fingerprint):
                 record = replace(previous, status="cached", seconds=_seconds(started), fingerprint=fingerprint, run=self.run_id,
                                  reason=f"inputs and settings unchanged since run {previous.run or 'before'}")
             else:
-                result = stage.run(self.ctx, lambda text: progress.update(task, description=text))
-                record = self._record(stage, result, fingerprint, started)
+                job = Job(stage, settings, self.ctx, lambda text: progress.update(task, description=text))
+                result = stage.run(job)
+                record = self._record(stage, result, fingerprint if stage.cached else None, started, key)
+                if record.status == "done" and stage.cached and not result.reason:
+                    record.reason = self._why_rerun(previous, key)
         except BaseException as err:
             status, reason = self._failure(err)
             failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id)
@@ -122,6 +199,52 @@ class Runner:
             raise CapabilityMissing(record.reason)
         return record
 
+    def _key(self, stage: Stage, settings: Settings) -> dict[str, Any]:
+        """The stage's declaration, resolved: settings, input files' sha256, its code's sha256, package versions."""
+        return {
+            "settings": settings.keys(),
+            "inputs": {name: self._input_key(name) for name in stage.input_names(settings)},
+            "code": {module: sha256_json(source_hashes(module)) for module in sorted({stage.run.__module__, *stage.code})},
+            "packages": {name: package_version(name) for name in stage.packages},
+        }
+
+    def _input_key(self, name: str) -> Any:
+        """An earlier stage's output as the fingerprint sees it: its sha256 (None when it is not there)."""
+        stage, label = name.split(".", 1)
+        record = self.ctx.manifest.get(stage)
+        if record is None or record.status not in USABLE:
+            return None
+        labels = sorted(record.outputs) if label == "*" else [label]
+        base = self.ctx.manifest.path.parent
+        digests = {}
+        for each in labels:
+            path = base / record.outputs[each] if each in record.outputs else None
+            if path is None or not path.is_file():
+                digests[each] = None
+            elif record.run == self.run_id and each in record.output_sha256:
+                digests[each] = record.output_sha256[each]  # written or checked by this run
+            else:
+                digests[each] = sha256_file(path)
+        return digests if label == "*" else digests[label]
+
+    def _why_rerun(self, previous: StageRecord | None, key: dict[str, Any]) -> str:
+        """Which part of the declaration changed since the stage's last run ("" for its first run)."""
+        if previous is None:
+            return ""
+        changed = []
+        for part, what in (("settings", "setting"), ("inputs", "input"), ("code", "code of"), ("packages", "package")):
+            before, now = previous.key.get(part, {}), key.get(part, {})
+            for name in sorted(before.keys() | now.keys()):
+                if before.get(name) != now.get(name):
+                    changed.append(f"{what} {name}{_change(before.get(name), now.get(name)) if part in ('settings', 'packages') else ''}")
+        if changed and previous.key:
+            return "rerun: " + "; ".join(changed) + " changed"
+        if previous.status not in ("done", "cached"):
+            return f"rerun: its last run was {previous.status}"
+        if self.force:
+            return "rerun: --force"
+        return "rerun: its outputs were changed or removed since its last run" if previous.key else ""
+
     @staticmethod
     def _failure(err: BaseException) -> tuple[str, str]:
         if interrupts.interrupted() or isinstance(err, KeyboardInterrupt):
@@ -130,12 +253,13 @@ class Runner:
             return "failed", str(err)
         return "failed", f"internal error: {type(err).__name__}: {err}"
 
-    def _record(self, stage: Stage, result: StageResult, fingerprint: str, started: float) -> StageRecord:
+    def _record(self, stage: Stage, result: StageResult, fingerprint: str | None, started: float, key: dict[str, Any]) -> StageRecord:
         base = self.ctx.manifest.path.parent
         outputs = {label: _relative(path, base) for label, path in result.outputs.items()}
         digests = {label: sha256_file(path) for label, path in result.outputs.items() if Path(path).is_file()}
         if not result.skipped:
-            return StageRecord(stage.name, "done", _seconds(started), result.reason, outputs, result.metrics, fingerprint, self.run_id, digests)
+            return StageRecord(stage.name, "done", _seconds(started), result.reason, outputs, result.metrics, fingerprint, self.run_id, digests,
+                               key)
         if result.capability_missing and self.strict:
             return StageRecord(stage.name, "failed", _seconds(started), f"--strict: {result.reason}", outputs, result.metrics, run=self.run_id)
         # a skip is never cached: the missing capability may be there next time
@@ -169,6 +293,8 @@ class Runner:
                 "interrupted": "[red]interrupted[/]", "stale": "[yellow]stale[/]"}
         detail = stage.key_metric(record.metrics) if record.status in ("done", "cached") else record.reason
         self.console.print(f"{stage.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {printable(detail)}", highlight=False)
+        if record.status == "done" and record.reason.startswith("rerun: "):
+            self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False)
 
     def print_summary(self, records: list[StageRecord]) -> None:
         table = Table(title=f"{self.ctx.profile.name} -> {self.ctx.manifest.path}", title_justify="left")
@@ -183,6 +309,35 @@ class Runner:
             status = record.status if record.name in shown else f"{record.status} (earlier run)"
             table.add_row(record.name, status, f"{record.seconds:.2f}", printable(metric), printable(output))
         self.console.print(table)
+
+
+def _change(before: Any, now: Any) -> str:
+    """` (A -> B)` when both fit in a short line, else nothing."""
+    text = f" ({json.dumps(before)} -> {json.dumps(now)})"
+    return text if len(text) <= 80 else ""
+
+
+@functools.cache
+def source_hashes(module: str) -> list[str]:
+    """sha256 of a module's source, or of every .py file of a package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return []
+    if spec.submodule_search_locations:
+        folders = [Path(p) for p in spec.submodule_search_locations]
+        return [sha256_file(f) for folder in folders for f in sorted(folder.rglob("*.py"))]
+    return [sha256_file(Path(spec.origin))]
+
+
+def package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def _seconds(started: float) -> float:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.errors import StageFailed
 from pipeline.core.fileio import atomic_path
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def convert_fp16(
                 op_types_to_exclude=op_types_to_exclude or None, nodes_to_exclude=nodes_to_exclude or None,
             )
     except (ValueError, KeyError) as err:
-        raise InputError(f"fp16: ModelOpt AutoCast cannot convert {source}: {err}") from err
+        raise StageFailed(f"fp16: ModelOpt AutoCast cannot convert {source}: {err}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
     with atomic_path(target) as tmp:
         onnx.save(model, str(tmp))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.fileio import atomic_path
 from quant.calibration import split
 
@@ -99,7 +99,7 @@ def quantize_int8(
                     calibrate_per_node=False, output_path=str(quantized_path), log_level="ERROR",
                 )
         except (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError) as err:
-            raise InputError(f"int8: ModelOpt cannot quantize {source}: {type(err).__name__}: {_first_line(err)}; "
+            raise StageFailed(f"int8: ModelOpt cannot quantize {source}: {type(err).__name__}: {_first_line(err)}; "
                              "try another --preset, or rerun with --debug for ModelOpt's traceback") from err
         model = onnx.load(str(quantized_path))
     removed = apply_preset(preset, model)

@@ -49,3 +49,28 @@ def test_the_check_sees_a_violation(tmp_path, monkeypatch):
     (core / "bad.py").write_text("import json\nfrom pipeline.stages import Stage\nfrom pipeline.core import errors\n")
     monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
     assert violations("pipeline/core", LAYERS["pipeline/core"]) == ["pipeline/core/bad.py:2 imports pipeline.stages"]
+
+
+def tensorrt_imports(root) -> list[str]:
+    """Every `import tensorrt` (or `from tensorrt ...`) outside trt/ in our packages."""
+    found = []
+    for package in OURS:
+        for path in sorted((root / package).rglob("*.py")):
+            if path.relative_to(root).parts[0] == "trt":
+                continue
+            for line, names in imported_modules(path):
+                if names[0].split(".")[0] in ("tensorrt", "tensorrt_bindings"):
+                    found.append(f"{path.relative_to(root)}:{line} imports {names[0]}")
+    return found
+
+
+def test_tensorrt_is_imported_only_inside_trt():
+    assert tensorrt_imports(REPO) == []
+
+
+def test_the_tensorrt_check_sees_an_import_in_a_function(tmp_path):
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "stage.py").write_text("def build():\n    import tensorrt as trt\n    return trt\n")
+    (tmp_path / "trt").mkdir()
+    (tmp_path / "trt" / "build.py").write_text("import tensorrt\n")
+    assert tensorrt_imports(tmp_path) == ["pipeline/stage.py:2 imports tensorrt"]

@@ -10,39 +10,44 @@ from pipeline.core.manifest import Manifest
 from pipeline.core.profiles import load_profile
 from pipeline.runner import Context, Runner, Stage, StageResult
 
+SETTING_OF = {"export": "bench_iterations", "optimize": "bench_warmup", "fp16": "profile_iterations", "int8": "profile_warmup"}
+
 
 class CountingStage:
-    """A stage that writes one file from a setting and counts its runs."""
+    """A stage that reads one setting of its own (a [build] field), writes it to a file and counts its runs."""
 
     def __init__(self, name="export"):
-        self.name, self.runs, self.setting = name, 0, "a"
+        self.name, self.runs, self.setting = name, 0, 1
 
     def stage(self) -> Stage:
-        return Stage(self.name, lambda ctx: {"setting": self.setting}, self._run, key_metric=lambda m: f"runs={m['runs']}")
+        return Stage(self.name, self._run, reads=(f"build.{SETTING_OF[self.name]}",), key_metric=lambda m: f"runs={m['runs']}")
 
-    def _run(self, ctx, status):
+    def _run(self, job):
         self.runs += 1
-        out = ctx.out / f"{self.name}.txt"
-        out.write_text(self.setting)
+        out = job.out / f"{self.name}.txt"
+        out.write_text(str(getattr(job.settings.profile.build, SETTING_OF[self.name])))
         return StageResult({"out": out}, {"runs": self.runs})
 
 
-def make_runner(tmp_path, **flags) -> Runner:
+def make_runner(tmp_path, *counting: CountingStage, **flags) -> Runner:
+    """A runner on bert-tiny with each counting stage's setting in the profile."""
     manifest = Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny")
-    ctx = Context(load_profile("bert-tiny"), tmp_path, manifest)
+    profile = load_profile("bert-tiny")
+    build = profile.build.model_copy(update={SETTING_OF[c.name]: c.setting for c in counting})
+    ctx = Context(profile.model_copy(update={"build": build}), tmp_path, manifest)
     return Runner(ctx, Console(file=open(tmp_path / "console.txt", "a"), width=200), **flags)
 
 
 def test_unchanged_stage_is_cached_changed_or_forced_reruns(tmp_path):
     counting = CountingStage()
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "cached"
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "done"
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "cached"
     assert counting.runs == 1
-    assert make_runner(tmp_path, force=True).run([counting.stage()])[0].status == "done"
-    counting.setting = "b"
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
+    assert make_runner(tmp_path, counting, force=True).run([counting.stage()])[0].status == "done"
+    counting.setting = 2
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "done"
     (tmp_path / "export.txt").unlink()
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "done"
     assert counting.runs == 4
     data = json.loads((tmp_path / "manifest.json").read_text())
     assert data["profile"] == "bert-tiny"
@@ -53,25 +58,25 @@ def test_unchanged_stage_is_cached_changed_or_forced_reruns(tmp_path):
 
 def test_until_stops_after_the_named_stage(tmp_path):
     first, second = CountingStage("export"), CountingStage("optimize")
-    records = make_runner(tmp_path).run([first.stage(), second.stage()], until="export")
+    records = make_runner(tmp_path, first, second).run([first.stage(), second.stage()], until="export")
     assert [r.name for r in records] == ["export"] and second.runs == 0
 
 
 def test_failed_stage_is_recorded_and_raised(tmp_path):
-    def fail(ctx, status):
+    def fail(job):
         raise StageFailed("export: max_abs_diff=1 > tolerance 1e-4")
 
     with pytest.raises(StageFailed):
-        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, fail)])
+        make_runner(tmp_path).run([Stage("export", fail)])
     (record,) = json.loads((tmp_path / "manifest.json").read_text())["stages"]
     assert record["status"] == "failed" and "max_abs_diff=1" in record["reason"]
 
 
 def capability_stage() -> Stage:
-    def run(ctx, status):
+    def run(job):
         return StageResult({}, skipped=True, reason="tensorrt is not importable", capability_missing=True)
 
-    return Stage("build", lambda ctx: {}, run)
+    return Stage("build", run)
 
 
 def test_missing_capability_is_skipped_or_fails_with_strict(tmp_path):
@@ -92,63 +97,63 @@ def test_corrupt_manifest_is_a_clear_input_error(tmp_path):
 
 def test_an_edited_or_truncated_output_is_not_cached(tmp_path):
     counting = CountingStage()
-    make_runner(tmp_path).run([counting.stage()])
+    make_runner(tmp_path, counting).run([counting.stage()])
     (tmp_path / "export.txt").write_text("edited by hand")
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "done"
     (tmp_path / "export.txt").write_text("")  # truncated, as a kill during a rewrite leaves it
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "done"
-    assert make_runner(tmp_path).run([counting.stage()])[0].status == "cached"
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "done"
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].status == "cached"
     assert counting.runs == 3
 
 
 def test_records_of_stages_not_in_this_run_are_kept_and_made_stale_only_by_a_change(tmp_path):
     export, optimize, fp16 = CountingStage("export"), CountingStage("optimize"), CountingStage("fp16")
-    make_runner(tmp_path).run([export.stage(), optimize.stage(), fp16.stage()])
-    make_runner(tmp_path).run([export.stage(), optimize.stage()])  # both cached: fp16 stays valid
+    make_runner(tmp_path, export, optimize, fp16).run([export.stage(), optimize.stage(), fp16.stage()])
+    make_runner(tmp_path, export, optimize).run([export.stage(), optimize.stage()])  # both cached: fp16 stays valid
     statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
     assert statuses == {"export": "cached", "optimize": "cached", "fp16": "done"}
-    optimize.setting = "b"  # optimize writes another model: fp16, built from the old one, is out of date
-    make_runner(tmp_path).run([export.stage(), optimize.stage()])
+    optimize.setting = 2  # optimize writes another model: fp16, built from the old one, is out of date
+    make_runner(tmp_path, export, optimize).run([export.stage(), optimize.stage()])
     fp16_record = next(s for s in json.loads((tmp_path / "manifest.json").read_text())["stages"] if s["name"] == "fp16")
     assert fp16_record["status"] == "stale" and "stage optimize ran again" in fp16_record["reason"]
 
 
 def test_a_failure_makes_earlier_downstream_records_stale(tmp_path):
     export, optimize, int8 = CountingStage("export"), CountingStage("optimize"), CountingStage("int8")
-    make_runner(tmp_path).run([export.stage(), optimize.stage(), int8.stage()])
+    make_runner(tmp_path, export, optimize, int8).run([export.stage(), optimize.stage(), int8.stage()])
 
-    def fail(ctx, status):
+    def fail(job):
         raise InputError("model input 'tokens' is not in the profile")
 
     with pytest.raises(InputError):
-        make_runner(tmp_path).run([export.stage(), Stage("optimize", lambda ctx: {"other": 1}, fail), int8.stage()])
+        make_runner(tmp_path, export, int8).run([export.stage(), Stage("optimize", fail), int8.stage()])
     statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
     assert statuses == {"export": "cached", "optimize": "failed", "int8": "stale"}
 
 
 def test_interrupt_and_bug_are_recorded(tmp_path):
-    def interrupted(ctx, status):
+    def interrupted(job):
         raise KeyboardInterrupt
 
-    def bug(ctx, status):
+    def bug(job):
         return {}["missing"]
 
     with pytest.raises(KeyboardInterrupt):
-        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, interrupted)])
+        make_runner(tmp_path).run([Stage("export", interrupted)])
     (record,) = json.loads((tmp_path / "manifest.json").read_text())["stages"]
     assert record["status"] == "interrupted"
     with pytest.raises(KeyError):
-        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, bug)])
+        make_runner(tmp_path).run([Stage("export", bug)])
     (record,) = json.loads((tmp_path / "manifest.json").read_text())["stages"]
     assert record["status"] == "failed" and record["reason"].startswith("internal error: KeyError")
 
 
 def test_a_stage_cannot_read_a_failed_or_stale_stage(tmp_path):
-    def fail(ctx, status):
+    def fail(job):
         raise InputError("bad")
 
     with pytest.raises(InputError):
-        make_runner(tmp_path).run([Stage("export", lambda ctx: {}, fail)])
+        make_runner(tmp_path).run([Stage("export", fail)])
     runner = make_runner(tmp_path)
     with pytest.raises(InputError, match="stage 'export' failed in"):
         runner.ctx.input("export", "onnx")
@@ -163,3 +168,38 @@ def test_manifest_writes_merge_records_written_meanwhile(tmp_path):
     second.put(StageRecord("int8", "done", 1.0))
     names = [s["name"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]]
     assert names == ["fp16", "int8"]
+
+
+def test_a_stage_that_runs_again_says_why(tmp_path):
+    counting = CountingStage()
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].reason == ""
+    assert make_runner(tmp_path, counting, force=True).run([counting.stage()])[0].reason == "rerun: --force"
+    counting.setting = 2
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].reason == "rerun: setting build.bench_iterations (1 -> 2) changed"
+    (tmp_path / "export.txt").write_text("edited")
+    assert make_runner(tmp_path, counting).run([counting.stage()])[0].reason == "rerun: its outputs were changed or removed since its last run"
+    assert "          rerun: setting build.bench_iterations (1 -> 2) changed" in (tmp_path / "console.txt").read_text()
+    record = json.loads((tmp_path / "manifest.json").read_text())["stages"][0]
+    assert record["key"]["settings"] == {"build.bench_iterations": 2} and set(record["key"]) == {"settings", "inputs", "code", "packages"}
+
+
+def test_a_new_version_of_a_declared_package_reruns_the_stage(tmp_path, monkeypatch):
+    """The TensorRT version is part of the build's key: a new TensorRT rebuilds the engines."""
+    import pipeline.runner
+    from pipeline.stages import BUILD
+
+    assert "tensorrt" in BUILD.packages
+    runs = []
+
+    def run(job):
+        runs.append(1)
+        (tmp_path / "engine").write_text("plan")
+        return StageResult({"engine": tmp_path / "engine"})
+
+    stage = Stage("build", run, packages=("tensorrt",))
+    monkeypatch.setattr(pipeline.runner, "package_version", lambda name: "10.8.0.43")
+    make_runner(tmp_path).run([stage])
+    assert make_runner(tmp_path).run([stage])[0].status == "cached"
+    monkeypatch.setattr(pipeline.runner, "package_version", lambda name: "10.13.0.35")
+    (record,) = make_runner(tmp_path).run([stage])
+    assert record.status == "done" and record.reason == 'rerun: package tensorrt ("10.8.0.43" -> "10.13.0.35") changed' and len(runs) == 2

@@ -130,7 +130,7 @@ def test_weak_fp16_sets_the_flag_on_10_and_is_refused_before_building_on_11(conf
 @BOTH_BUILDERS
 def test_parser_errors_name_the_node_in_one_line_and_nothing_is_written(conformance, version, builder):
     result = outcome(conformance, version, f"{builder}_build_parser_errors")
-    assert result["error"].startswith("InputError: ") and "\n" not in result["error"]
+    assert result["error"].startswith("StageFailed: ") and "\n" not in result["error"]
     assert "/block/FancyOp" in result["error"] and "No importer registered for op: FancyOp" in result["error"]
     assert not calls(result, "Builder.build_serialized_network")
     assert not [entry for entry in result["device"] if entry["op"] == "malloc"]
@@ -281,3 +281,25 @@ def test_without_a_compiler_the_tests_skip_here_and_fail_under_ci(tmp_path, ci, 
     run = subprocess.run([sys.executable, "-m", "pytest", test, "-p", "no:cacheprovider", "-rsf"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert outcome_line in run.stdout and "no C compiler (cc) to build the stub TensorRT libraries" in run.stdout, run.stdout[-2000:]
+
+
+@EVERY_VERSION
+def test_the_trtexec_builder_runs_the_versions_command_line_and_the_stage_records_its_files(conformance, version):
+    """The third implementation of the builder interface: trtexec (a stand-in on PATH hands back the simulated
+    engine); its command line is the one trt/versions.py makes for this version, and the stage goes on as with
+    the others (accuracy through Polygraphy, report from trtexec's per-layer profile)."""
+    result = value(conformance, version, "stage_trtexec")
+    assert result["exit"] == 0
+    stages = result["stages"]
+    assert [stages[name]["status"] for name in ("build", "report", "bench")] == ["done", "done", "done"]
+    built = stages["build"]["metrics"]["fp32"]
+    assert (built["builder"], built["tensorrt"]) == ("trtexec", version)
+    argv = result["argv"]
+    assert built["command"][1:] == argv
+    strongly_typed = facts(conformance, version)["BuilderFlag.FP16"]  # 10.x needs the flags 11.x made no-ops
+    assert ("--stronglyTyped" in argv, "--separateProfileRun" in argv) == (strongly_typed, strongly_typed)
+    assert not {"--fp16", "--int8", "--best"} & set(argv)
+    assert {"--minShapes=x:1x8", "--optShapes=x:4x8", "--maxShapes=x:16x8", "--profilingVerbosity=detailed"} <= set(argv)
+    assert 0.9999 < built["accuracy"]["cosine_centered"] <= 1.0
+    assert {"fp32.engine", "fp32.layers.json", "fp32.profile.json", "fp32.build.log", "timing.cache"} <= set(result["files"])
+    assert "PASSED TensorRT.trtexec (simulated)" in result["fp32_build_log"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.fileio import atomic_path, write_text
 from trt.versions import check_weak_fp16, for_version
 
@@ -41,6 +41,7 @@ class BuildPaths:
     layers_json: Path
     build_log: Path
     timing_cache: Path
+    profile_json: Path | None = None  # the per-layer profile (trtexec writes it; trt/builders.py otherwise)
 
 
 def capture_logger(trt, severity: str, lines: list[str]):
@@ -91,7 +92,7 @@ def configure(trt, logger, onnx: Path, shapes: Shapes, settings: BuildSettings, 
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx)):
         errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)]
-        raise InputError(f"{onnx}: TensorRT's ONNX parser failed: " + "; ".join(errors))
+        raise StageFailed(f"{onnx}: TensorRT's ONNX parser failed: " + "; ".join(errors))
     config = builder.create_builder_config()
     config.profiling_verbosity = getattr(trt.ProfilingVerbosity, VERBOSITY[settings.verbosity])
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
@@ -117,7 +118,7 @@ def build_engine(onnx: Path, paths: BuildPaths, shapes: Shapes, settings: BuildS
         builder, network, config, cache = configure(trt, logger, onnx, shapes, settings, paths.timing_cache, lines)
         serialized = builder.build_serialized_network(network, config)
         if serialized is None:
-            raise InputError(f"{onnx}: TensorRT could not build an engine; see {paths.build_log}")
+            raise StageFailed(f"{onnx}: TensorRT could not build an engine; see {paths.build_log}")
         layers = save_engine(trt, logger, bytes(serialized), bytes(config.get_timing_cache().serialize()), paths)
     finally:
         write_text(paths.build_log, "\n".join(lines) + "\n")
@@ -132,7 +133,7 @@ def save_engine(trt, logger, engine: bytes, timing_cache: bytes, paths: BuildPat
         tmp.write_bytes(timing_cache)
     deserialized = trt.Runtime(logger).deserialize_cuda_engine(engine)
     if deserialized is None:
-        raise InputError(f"{paths.engine}: TensorRT cannot deserialize the engine it just built; see {paths.build_log}")
+        raise StageFailed(f"{paths.engine}: TensorRT cannot deserialize the engine it just built; see {paths.build_log}")
     return write_layer_information(trt, deserialized, paths.layers_json)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import StageFailed
 from pipeline.core.fileio import write_text
 from trt.build import VERBOSITY, BuildPaths, BuildSettings, Shapes, save_engine, use_timing_cache
 from trt.polygraphy_log import polygraphy_log
@@ -52,7 +52,7 @@ def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, setti
     except PolygraphyException as err:
         errors = [line for line in lines if line.startswith("[E]")][:3]
         detail = "; ".join(" ".join(text.split()) for text in [str(err), *errors])
-        raise InputError(f"{onnx}: Polygraphy could not build an engine: {detail}; see {paths.build_log}") from err
+        raise StageFailed(f"{onnx}: Polygraphy could not build an engine: {detail}; see {paths.build_log}") from err
     finally:
         write_text(paths.build_log, "\n".join(lines) + "\n")
     return {"builder": "polygraphy", "tensorrt": trt.__version__, "engine_bytes": paths.engine.stat().st_size, "layers": layers,

@@ -25,9 +25,9 @@ def tensorrt_missing() -> str | None:
 
 def profile_argument(profile) -> str | Path:
     """What to pass as --profile in the container: a built-in profile's name, any other profile's file."""
-    from pipeline.core.profiles import REPO_PROFILES
+    from pipeline.core.profiles import packaged_profiles
 
-    built_in = profile.source is None or Path(profile.source).resolve().parent == REPO_PROFILES.resolve()
+    built_in = profile.source is None or Path(profile.source).resolve().parent == packaged_profiles().resolve()
     return profile.name if built_in else Path(profile.source)
 
 

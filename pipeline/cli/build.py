@@ -92,8 +92,25 @@ def build(
             raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
         options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
-        ctx = Context(loaded, out_dir, manifest, options)
-        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+        ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
+        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(options), until=until.value if until else None)
+
+
+def _docker_hint(profile, options: dict, out: Path) -> str:
+    """The command that runs this build, with the user's profile, options and output folder, in our image."""
+    from trt.capability import docker_command, profile_argument
+
+    arguments: list[str | Path] = ["build", "--profile", profile_argument(profile)]
+    if options.get("onnx"):
+        arguments += ["--onnx", Path(options["onnx"])]
+    arguments += [flag for key, flag in (("fp16", "--fp16"), ("int8", "--int8"), ("weak_fp16", "--weak-fp16")) if options.get(key)]
+    if options.get("calib"):
+        arguments += ["--calib", Path(options["calib"])]
+    for key, flag in (("preset", "--preset"), ("min_cosine", "--min-cosine"), ("verbosity", "--verbosity")):
+        if options.get(key) is not None:
+            arguments += [flag, str(options[key])]
+    model = profile.onnx_path()
+    return docker_command([*arguments, "--out", out, "--strict"], also_mount=[model] if model else [])
 
 
 def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
@@ -126,13 +143,17 @@ def export(
     from pipeline.core.fileio import check_outputs
     from pipeline.core.profiles import load_profile
     from pipeline.export import export_model
+    from pipeline.settings import Settings
+    from pipeline.stages.export import EXPORT
 
     check_outputs([output], [])
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file (model.onnx); there is nothing to export")
+    # the export stage's settings, with --exporter in place of the profile's
+    settings = Settings("export", loaded, {"exporter": exporter.value if exporter else None}, EXPORT.reads)
     with console.status(f"exporting {loaded.name}") as spinner:
-        result = export_model(loaded, output, exporter.value if exporter else None, status=spinner.update,
+        result = export_model(settings.profile, output, status=spinner.update,
                               functions=[n.strip() for n in functions.split(",") if n.strip()] if functions else None)
     stdout_console().print(
         f"wrote {output}: {result.nodes} nodes, {result.exporter} exporter, opset {result.opset}, "
@@ -211,12 +232,11 @@ def quantize(
     int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
-    preset: Annotated[PresetName, typer.Option(help="INT8 Q/DQ placement.")] = PresetName.trt_fusion,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
 ) -> None:
     from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
-    from pipeline.core.quiet import captured
 
     if not (fp16 or int8):
         raise PipelineError("quantize: give --fp16, --int8 or both")
@@ -226,17 +246,22 @@ def quantize(
     load_onnx(source)
     out = stdout_console()
     if fp16 and not int8:
-        from pipeline.core.samples import make_inputs, model_feeds, range_sizes
+        from pipeline.core.samples import model_feeds
+        from pipeline.settings import Settings
+        from pipeline.stages.fp16 import FP16, convert, shape_checks
         from quant.calibration import model_inputs
-        from quant.fp16 import convert_fp16
 
-        if profile is not None:
-            loaded = load_profile(profile)
-            checks = [make_inputs(loaded, seed=5000 + i, dims=sizes) for i, sizes in enumerate(range_sizes(loaded))]
-        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs
+        if profile is not None:  # the fp16 stage's settings and shape checks, from the profile
+            settings = Settings("fp16", load_profile(profile), {}, FP16.reads)
+            checks = shape_checks(settings.profile)
+        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; the [quant] defaults (no exclusions)
+            from pipeline.core.profiles import QuantSection
+
+            defaults = load_profile(DEFAULT_PROFILE).model_copy(update={"quant": QuantSection()})
+            settings = Settings("fp16", defaults, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
             checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
-        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"), captured():
-            result = convert_fp16(source, output, [], [], checks)
+        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"):
+            result = convert(settings.profile, source, output, checks)
         if result.checked_shapes:
             first = next(iter(result.checked_shapes[0]))
             checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
@@ -244,24 +269,32 @@ def quantize(
             checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
         out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers}); {checked}", highlight=False)
         return
-    from quant.calibration import calibration_data
-    from quant.int8 import quantize_int8
+    from pipeline.settings import Settings
+    from pipeline.stages.int8 import QUANTIZE_READS
+    from pipeline.stages.int8 import quantize as quantize_int8
 
     if calib is None and profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
-    loaded = load_profile(profile or "bert-tiny")
-    data, origin = calibration_data(loaded, calib, source)
-    batch = loaded.shape(loaded.inputs[0])[0]
+    # the int8 stage's settings: the profile's, with this command's flags in place of the build's
+    if profile is not None:
+        loaded = load_profile(profile)
+    else:  # --calib alone: the [quant] defaults, and no sequence range or batch taken from another model's profile
+        from pipeline.core.profiles import QuantSection
+
+        loaded = load_profile(DEFAULT_PROFILE).model_copy(update={"dims": {}, "quant": QuantSection()})
+    if fp16:
+        loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
+    settings = Settings("int8", loaded, {"calib": calib, "preset": preset.value if preset else None}, QUANTIZE_READS)
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task(f"calibrating ({preset.value})", total=None)
-        with captured():
-            result = quantize_int8(source, output, data, batch, preset.value, "fp16" if fp16 else "fp32",
-                                   on_step=lambda done, total: progress.update(task, completed=done, total=total))
+        task = progress.add_task(f"calibrating ({settings.profile.quant.preset})", total=None)
+        result, origin = quantize_int8(settings.profile, settings.calib, source, output,
+                                       on_step=lambda done, total: progress.update(task, completed=done, total=total))
     findings = result.findings
     out.print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
               f"lint-qdq: {len(findings)} findings", highlight=False)
+
 
 def _runs(model: Path, feeds: dict) -> bool:
     from pipeline.core.verify import run_onnx

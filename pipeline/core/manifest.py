@@ -54,6 +54,7 @@ class StageRecord:
     fingerprint: str | None = None
     run: str = ""  # when the run that wrote this record started (UTC, ISO 8601)
     output_sha256: dict[str, str] = field(default_factory=dict)
+    key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint was made of (settings, inputs, code), to say what changed
 
 
 @dataclass

@@ -21,6 +21,15 @@ from pipeline.core.fileio import describe_os_error
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
+
+def packaged_profiles() -> Path:
+    """The profiles shipped with the project: profiles/ of a source checkout, else those installed as pipeline.profiles."""
+    if REPO_PROFILES.is_dir():
+        return REPO_PROFILES
+    from importlib.resources import files
+
+    return Path(str(files("pipeline.profiles")))
+
 Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
 HfTask = Literal["base", "sequence-classification", "token-classification", "masked-lm", "causal-lm", "image-classification"]
 
@@ -239,7 +248,7 @@ def describe_profiles() -> list[dict[str, str]]:
 
 def _search_dirs() -> list[Path]:
     """The packaged profiles first, then ./profiles: a local file never shadows a packaged name."""
-    dirs = [REPO_PROFILES, Path.cwd() / "profiles"]
+    dirs = [packaged_profiles(), Path.cwd() / "profiles"]
     return [d for i, d in enumerate(dirs) if d.is_dir() and d.resolve() not in [x.resolve() for x in dirs[:i]]]
 
 

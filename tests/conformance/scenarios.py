@@ -83,14 +83,13 @@ def facts(world: World, workdir: Path) -> dict[str, Any]:
 # --- builds -------------------------------------------------------------------------------------
 def _build(builder: str, weak_fp16: bool = False, cache_accepted: bool = True, parser_errors: tuple = ()):
     def scenario(world: World, workdir: Path) -> dict[str, Any]:
-        from trt.build import build_engine
-        from trt.build_polygraphy import build_engine_polygraphy
+        from trt.builders import builder as named
 
         world.timing_cache_accepted = cache_accepted
         world.parser_errors = list(parser_errors)
         paths = _paths(workdir)
         paths.timing_cache.write_bytes(OLD_CACHE)
-        build = build_engine_polygraphy if builder == "polygraphy" else build_engine
+        build, _ = named(builder)  # the builder interface the build stage uses
         try:
             metrics = build(tiny_onnx(workdir / "tiny.onnx"), paths, SHAPES, _settings(weak_fp16=weak_fp16))
         finally:
@@ -209,6 +208,41 @@ def stage(builder: str):
     return scenario
 
 
+FAKE_TRTEXEC = """#!{python}
+# trtexec as this scenario's simulated GPU knows it: writes the engine the python builder built (the only plan
+# the world deserializes), its layer information and a per-layer profile in trtexec's format; records its argv
+import json, shutil, sys
+arguments = dict(a[2:].split("=", 1) for a in sys.argv[1:] if "=" in a)
+json.dump(sys.argv[1:], open({argv!r}, "w"))
+shutil.copyfile({engine!r}, arguments["saveEngine"])
+shutil.copyfile({layers!r}, arguments["exportLayerInfo"])
+names = [l if isinstance(l, str) else l["Name"] for l in json.load(open({layers!r}))["Layers"]]
+json.dump([{{"count": 10}}] + [{{"name": n, "timeMs": 1.0, "averageMs": 0.1, "medianMs": 0.1, "percentage": 100 / len(names)}} for n in names],
+          open(arguments["exportProfile"], "w"))
+open(arguments["timingCacheFile"], "wb").write(b"trtexec timing cache")
+print("&&&& PASSED TensorRT.trtexec (simulated)")
+"""
+
+
+def stage_trtexec(world: World, workdir: Path) -> dict[str, Any]:
+    """The build stage with `builder = "trtexec"`: the command line trt/versions.py makes for this version, run
+    by a stand-in trtexec on PATH that hands back an engine the simulated GPU runs."""
+    import os
+
+    prebuilt = workdir / "prebuilt"
+    prebuilt.mkdir()
+    built = _built(world, prebuilt)
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "trtexec"
+    fake.write_text(FAKE_TRTEXEC.format(python=sys.executable, argv=str(workdir / "trtexec.argv.json"), engine=str(built.engine),
+                                        layers=str(built.layers_json)))
+    fake.chmod(0o755)
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+    result = stage("trtexec")(world, workdir)
+    return result | {"argv": json.loads((workdir / "trtexec.argv.json").read_text())}
+
+
 # --- bites: wrong calls the harness must refuse as the real bindings do -----------------------------------
 def _bite(wrong: Callable[[Any, Any, Any], Any]):
     def scenario(world: World, workdir: Path) -> dict[str, Any]:
@@ -256,6 +290,7 @@ SCENARIOS: dict[str, Callable[[World, Path], dict[str, Any]]] = {
     "accuracy": accuracy,
     "stage_python": stage("python"),
     "stage_polygraphy": stage("polygraphy"),
+    "stage_trtexec": stage_trtexec,
     "bite_removed_method": _bite(lambda trt, builder, network: builder.build_engine(network, builder.create_builder_config())),
     "bite_removed_in_11": _bite(lambda trt, builder, network: builder.platform_has_fast_fp16),
     "bite_fp16_flag": _bite(lambda trt, builder, network: builder.create_builder_config().set_flag(trt.BuilderFlag.FP16)),

@@ -1,0 +1,43 @@
+"""The export stage: the profile's PyTorch model to ONNX (checked against torch), or the ONNX file given."""
+
+from __future__ import annotations
+
+from pipeline.runner import Job, Stage, StageResult
+
+
+def run_export(job: Job) -> StageResult:
+    s = job.settings
+    if s.onnx is not None:
+        from pipeline.core.fileio import require_file
+        from pipeline.export import check_onnx_file
+
+        source = require_file(s.onnx, "ONNX file", "pass an existing .onnx path")
+        nodes = check_onnx_file(source, s.profile)
+        return StageResult({"onnx": source}, {"nodes": nodes}, skipped=True, reason=f"starting from {source}")
+    from pipeline.export import export_model
+
+    output = job.out / "model.onnx"
+    result = export_model(s.profile, output, status=job.status)
+    metrics = {
+        "exporter": result.exporter,
+        "opset": result.opset,
+        "nodes": result.nodes,
+        "max_abs_diff": result.max_abs_diff,
+        "tolerance": s.profile.export.tolerance,
+        "checked_shapes": result.checked_shapes,
+        "outputs": result.outputs,
+    }
+    return StageResult({"onnx": output}, metrics)
+
+
+def _key_metric(m: dict) -> str:
+    return f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes"
+
+
+EXPORT = Stage(
+    "export", run_export,
+    reads=("onnx", "model", "inputs", "dims", "export"),
+    code=("pipeline.export",),
+    packages=("torch", "onnxscript"),
+    key_metric=_key_metric,
+)

@@ -1,0 +1,48 @@
+"""The optimize stage: the rewrite rules, then the optimized model checked against its input on onnxruntime."""
+
+from __future__ import annotations
+
+from pipeline.runner import Job, Stage, StageResult
+from pipeline.stages import seeds
+
+
+def run_optimize(job: Job) -> StageResult:
+    from pipeline.core.errors import StageFailed
+    from pipeline.core.fileio import atomic_path
+    from pipeline.core.samples import check_sizes, make_inputs
+    from pipeline.core.verify import compare_models
+    from pipeline.optimize import optimize_file
+
+    profile = job.settings.profile
+    settings, source, target = profile.optimize, job.input("export", "onnx"), job.out / "model.opt.onnx"
+    feed_sets = [make_inputs(profile, seed=seeds.OPTIMIZE_CHECK + i, dims=sizes) for i, sizes in enumerate(check_sizes(profile))]
+    with atomic_path(target) as tmp:
+        job.status("applying rewrite rules")
+        result = optimize_file(source, tmp, settings.rules, settings.skip_rules)
+        job.status("comparing with the input model on onnxruntime (CPU)")
+        diff = compare_models(source, tmp, feed_sets)
+        if not diff <= settings.tolerance:
+            raise StageFailed(
+                f"optimize: the optimized model differs from its input by max_abs_diff={diff:.3g} > {settings.tolerance:g}; "
+                f"last rules applied: {', '.join(result.last_rules()) or 'none'}; skip them with [optimize] skip_rules in the profile"
+            )
+    metrics = {
+        "nodes_before": result.nodes_before,
+        "nodes_after": result.nodes_after,
+        "op_delta": result.op_delta,
+        "max_abs_diff": diff,
+        "tolerance": settings.tolerance,
+        "checked_shapes": [{k: list(v.shape) for k, v in feeds.items()} for feeds in feed_sets],
+        "rules": result.rules,
+    }
+    return StageResult({"onnx": target}, metrics)
+
+
+OPTIMIZE = Stage(
+    "optimize", run_optimize,
+    reads=("optimize", "inputs", "dims"),
+    inputs=("export.onnx",),
+    code=("pipeline.optimize",),
+    packages=("onnx-ir",),
+    key_metric=lambda m: f"{m['nodes_before']} -> {m['nodes_after']} nodes, max_abs_diff={m['max_abs_diff']:.2e}",
+)

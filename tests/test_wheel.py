@@ -1,0 +1,57 @@
+"""Installable as a package: a wheel built from the project carries the profiles (pipeline.profiles) and
+runs the quick start's first steps from an empty folder, in a fresh venv that sees nothing of the checkout."""
+
+import os
+import shutil
+import subprocess
+import sys
+import venv
+
+import pytest
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh venv (torch and the other dependencies from the system site-packages) with the wheel installed."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"  # setuptools builds in the source folder: a copy, so no build/ of an earlier layout is picked up
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("pipeline", "trt", "quant", "profiles"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation", "-w", str(root / "dist"), "-q"],
+                           capture_output=True, text=True, cwd=root)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (root / "dist").glob("trt_pipeline-*.whl")
+    venv.create(root / "venv", system_site_packages=True, with_pip=False)
+    python = root / "venv" / "bin" / "python"
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "--ignore-installed", "-q", str(wheel)],
+                             capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    empty = root / "empty"
+    empty.mkdir()
+    return python, empty
+
+
+def run_installed(installed, *args):
+    python, empty = installed
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"COLUMNS": "200"}
+    return subprocess.run([str(python), "-m", "pipeline", *args], cwd=empty, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_wheel_lists_its_profiles_and_builds_from_an_empty_folder(installed):
+    python, empty = installed
+    where = subprocess.run([str(python), "-c", "import pipeline, pipeline.core.profiles as p; print(pipeline.__file__); print(p.packaged_profiles())"],
+                           cwd=empty, capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    module, profiles = where.stdout.split()
+    assert str(python.parents[1]) in module and str(python.parents[1]) in profiles, "the installed copy, not the checkout"
+    listed = run_installed(installed, "profiles")
+    assert listed.returncode == 0, listed.stderr
+    shipped = {p.stem for p in (REPO / "profiles").glob("*.toml")}
+    assert shipped <= {line.split()[0] for line in listed.stdout.splitlines() if line and not line.startswith(" ")}
+    built = run_installed(installed, "build", "--until", "export")
+    assert built.returncode == 0, built.stderr
+    assert (empty / "artifacts" / "bert-tiny" / "model.onnx").stat().st_size > 0
+    assert "export    done" in built.stdout
