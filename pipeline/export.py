@@ -345,7 +345,7 @@ def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict
 
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            result, _ = compare_to_torch(profile, onnx_path, feeds, Path(workdir), module)
+            result, _ = compare_to_torch(profile, module, onnx_path, feeds, Path(workdir))
     except PipelineError as err:
         return f"modules not compared ({err})"
     return first_diverging_line(result)

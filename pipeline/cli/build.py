@@ -160,10 +160,7 @@ def optimize(
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
     list_rules: Annotated[bool, typer.Option("--list-rules", help="List the rules (name, priority, minimum opset, rewrite) and exit.")] = False,
 ) -> None:
-    from pipeline import deferred_sympy
     from pipeline.core.fileio import check_outputs
-
-    deferred_sympy.defer()  # this process never imports torch: onnx_ir's sympy import can wait (never comes)
     from pipeline.optimize import describe_rules, optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:

@@ -140,6 +140,7 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
     from pipeline.core.profiles import load_profile
     from pipeline.core.samples import make_inputs
     from pipeline.divergence import compare_to_torch, dump_modules
+    from pipeline.export import build_module
     from quant.calibration import load_npz, model_inputs
 
     loaded = load_profile(profile)
@@ -154,7 +155,7 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
     else:
         feeds = make_inputs(loaded, seed=30_000)
     with tempfile.TemporaryDirectory() as workdir, console.status("running torch with a hook on every module, and the ONNX model with every tensor exposed"):
-        result, captures = compare_to_torch(loaded, onnx_path, feeds, Path(workdir))
+        result, captures = compare_to_torch(loaded, build_module(loaded)[0], onnx_path, feeds, Path(workdir))
     if dump is not None:
         written = dump_modules(captures, dump)
         console.print(f"wrote {len(written)} module dumps to {dump}", highlight=False, markup=False)
