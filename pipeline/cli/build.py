@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -76,6 +78,7 @@ def build(
     from pipeline.lock import folder_lock
     from pipeline.runner import Context, Runner
     from pipeline.stages import build_plan
+    from pipeline.summary import print_next_steps
 
     _check_build_flags(fp16, int8, calib, preset, min_cosine)
     loaded = load_profile(profile)
@@ -84,7 +87,9 @@ def build(
     out_console.print(f"profile {loaded.name} from {loaded.source}", highlight=False, markup=False)
     if (ignored := shadowed_profile(profile)) is not None:
         out_console.print(f"note: {ignored} is not used: the packaged profile {profile!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
-    with folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
+    created = _missing_folders(out_dir) + ([] if (out_dir / "manifest.json").exists() else [out_dir / "manifest.json"])
+    with _leave_as_found_on_bad_input(created), \
+         folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
         for stale in remove_stale_temp_files(out_dir):
             out_console.print(f"removed {stale.name}, left by an interrupted run", highlight=False, markup=False)
         manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
@@ -93,7 +98,34 @@ def build(
         options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
         ctx = Context(loaded, out_dir, manifest, options)
-        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+        records = Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
+    print_next_steps(out_console, loaded, records)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+@contextlib.contextmanager
+def _leave_as_found_on_bad_input(created: list[Path]) -> Iterator[None]:
+    """A build that stops on bad input (exit 2) removes the manifest and folders it created, when nothing
+    else was written there: such a manifest records only the refusal, which the error line already says."""
+    try:
+        yield
+    except PipelineError as err:
+        if err.exit_code == 2:
+            manifests = [p for p in created if p.name == "manifest.json"]
+            if manifests and manifests[0].parent.is_dir() and {p.name for p in manifests[0].parent.iterdir()} <= {"manifest.json"}:
+                manifests[0].unlink()
+            for folder in (p for p in created if p.name != "manifest.json"):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
+        raise
 
 
 def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:

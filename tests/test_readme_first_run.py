@@ -1,0 +1,71 @@
+"""What a first run shows (issue 27): each stage once, the Docker command once, and on the default
+profile the verdict of the real TensorRT 10.10 log of this very model; and the rough edges a first
+run hit: a stage failed in this run is not "earlier run", --debug keeps the exit code, `| head -1`
+is not an error."""
+
+import os
+import subprocess
+import sys
+
+import onnx
+from conftest import REPO, TESTS, TINY_MLP_PROFILE, TRT_DATA, run_cli, write_profile
+from onnx import TensorProto, helper
+
+REAL_LOG = TRT_DATA / "bert-fp16-trt10.10.detailed.log"
+STAGES = ("export", "optimize", "build", "report", "diff", "bench")
+
+
+def stage_lines(stdout: str, stage: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.split()[:1] == [stage]]
+
+
+def test_a_cpu_run_of_the_default_profile_prints_each_stage_once_and_ends_with_the_real_logs_verdict(bert_tiny_torchscript, tmp_path):
+    from trt.report import report_from_files
+
+    result = run_cli("build", "--onnx", str(bert_tiny_torchscript), "--out", "o", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for stage in STAGES:
+        assert len(stage_lines(result.stdout, stage)) == 1, (stage, result.stdout)
+    assert "skipped" in stage_lines(result.stdout, "build")[0] and "docker" not in stage_lines(result.stdout, "build")[0]
+    assert result.stdout.count("docker run") == 1, result.stdout
+    docker = next(line for line in result.stdout.splitlines() if "docker run" in line)
+    assert docker.strip().endswith("trt-pipeline build --profile bert-tiny --onnx " + str(bert_tiny_torchscript) + " --out o --strict")
+    last = [line.strip() for line in result.stdout.splitlines() if line.strip()][-2:]
+    assert last == [f"python -m pipeline report {REAL_LOG}", report_from_files(REAL_LOG)["verdict"]]
+    assert last[1].startswith("FP16 engine: the whole network runs as 1 Myelin region")
+
+
+def test_another_profile_gets_the_docker_command_but_not_the_bert_log(tmp_path):
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])]),
+        opset_imports=[helper.make_opsetid("", 20)]), str(tmp_path / "m.onnx"))
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("build", "--profile", str(profile), "--onnx", "m.onnx", "--out", "o", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("docker run") == 1 and "bert-fp16-trt10.10" not in result.stdout
+
+
+def test_a_stage_that_failed_in_this_run_is_not_shown_as_an_earlier_run(tmp_path):
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE + "[export]\ntolerance = 1e-12\n")
+    result = run_cli("build", "--profile", str(profile), "--out", str(tmp_path / "new"))
+    assert result.returncode == 1
+    (line,) = stage_lines(result.stdout, "export")
+    assert "failed" in line and "earlier run" not in result.stdout, result.stdout
+
+
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
+    result = run_cli("--debug", "report", str(tmp_path / "missing.json"))
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_a_closed_pipe_ends_the_command_quietly(bert_tiny_torchscript, tmp_path):
+    """`build ... | head -1`: the reader leaves after the first line; the build stops with exit 0 and says nothing."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])}
+    process = subprocess.Popen([sys.executable, "-m", "pipeline", "build", "--onnx", str(bert_tiny_torchscript), "--until", "optimize", "--out", "o"],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().startswith(b"profile bert-tiny")
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=300) == 0 and stderr == ""
