@@ -33,6 +33,8 @@ def test_a_cpu_run_of_the_default_profile_prints_each_stage_once_and_ends_with_t
     last = [line.strip() for line in result.stdout.splitlines() if line.strip()][-2:]
     assert last == [f"python -m pipeline report {REAL_LOG}", report_from_files(REAL_LOG)["verdict"]]
     assert last[1].startswith("FP16 engine: the whole network runs as 1 Myelin region")
+    bench = run_cli("bench", "o", "--backend", "trt", cwd=tmp_path)  # the engines of a CPU build are where the Docker command says
+    assert bench.returncode == 3 and "error: bench --backend trt needs TensorRT and a GPU" in bench.stderr and "docker run" in bench.stderr
 
 
 def test_another_profile_gets_the_docker_command_but_not_the_bert_log(tmp_path):

@@ -218,15 +218,7 @@ def bench(
     from trt.bench import plot
 
     loaded = load_profile(profile)
-    models = _bench_models(artifact, backend.value)
-    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
-    check_outputs([target, target.with_suffix(".png")], list(models.values()))
-    dims = {}
-    if batch is not None:
-        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
-            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
-        dims["batch"] = batch
-    if backend is Backend.trt:
+    if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing
 
@@ -236,6 +228,14 @@ def bench(
             arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
             raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
                                     f"from this folder: {docker_command(arguments)}")
+    models = _bench_models(artifact, backend.value)
+    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
+    check_outputs([target, target.with_suffix(".png")], list(models.values()))
+    dims = {}
+    if batch is not None:
+        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
+            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
+        dims["batch"] = batch
     feeds = make_inputs(loaded, seed=4, dims=dims)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmark", total=iterations * len(models))
