@@ -443,6 +443,15 @@ def _signature(function) -> str:
         return "(...)"
 
 
+def factory_file(profile: Profile) -> Path | None:
+    """The file of the profile's factory module (found as the export stage finds it), or None."""
+    if profile.model.factory is None:
+        return None
+    with _importable_from(profile.folder):
+        spec = _find_spec(profile.model.factory.split(":")[0], profile)
+    return Path(spec.origin) if spec and spec.origin else None
+
+
 def _find_spec(module_name: str, profile: Profile):
     try:
         return importlib.util.find_spec(module_name)

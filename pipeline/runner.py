@@ -172,11 +172,10 @@ class Runner:
         self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {printable(detail)}{earlier}", highlight=False)
 
     def print_summary(self) -> None:
-        """Under the lines of the stages this run ran: the manifest's records from earlier runs, and where it is."""
+        """Under the lines of the stages this run ran: the manifest's records from earlier runs."""
         for record in self.ctx.manifest.stages:
             if record.run != self.run_id:
                 self._print_line(self.stages.get(record.name), record)
-        self.console.print(f"manifest: {self.ctx.manifest.path}", highlight=False, markup=False)
 
 
 def _seconds(started: float) -> float:

@@ -71,3 +71,19 @@ def test_a_closed_pipe_ends_the_command_quietly(bert_tiny_torchscript, tmp_path)
     process.stdout.close()
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=300) == 0 and stderr == ""
+
+
+def test_build_names_the_factory_file_it_runs_when_it_is_outside_the_profiles_folder(tmp_path):
+    """A profile's factory is code (docs/models.md): a module found elsewhere on the import path is named before it runs."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "far_models.py").write_text("def make():\n    raise RuntimeError('not built in this test')\n")
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "near_models.py").write_text("def make():\n    raise RuntimeError('not built in this test')\n")
+    outputs = {}
+    for module in ("far_models", "near_models"):
+        write_profile(tmp_path / "profiles", TINY_MLP_PROFILE.replace("factories:tiny_mlp", f"{module}:make"), f"{module}.toml")
+        outputs[module] = run_cli("build", "--profile", f"profiles/{module}.toml", "--out", module, cwd=tmp_path, path=(tmp_path / "elsewhere",))
+        assert outputs[module].returncode == 2 and "raised RuntimeError: not built in this test" in outputs[module].stderr
+    far = tmp_path / "elsewhere" / "far_models.py"
+    assert f"note: model.factory far_models:make runs code from {far}" in outputs["far_models"].stdout
+    assert "runs code from" not in outputs["near_models"].stdout

@@ -85,6 +85,9 @@ def build(
     out_dir = out or Path("artifacts") / loaded.name
     out_console = stdout_console()
     out_console.print(f"profile {loaded.name} from {loaded.source}", highlight=False, markup=False)
+    if (outside := _factory_outside(loaded)) is not None:
+        out_console.print(f"note: model.factory {loaded.model.factory} runs code from {outside} (outside the profile's folder and the installed packages)",
+                          highlight=False, markup=False)
     if (ignored := shadowed_profile(profile)) is not None:
         out_console.print(f"note: {ignored} is not used: the packaged profile {profile!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
     created = _missing_folders(out_dir) + ([] if (out_dir / "manifest.json").exists() else [out_dir / "manifest.json"])
@@ -99,7 +102,22 @@ def build(
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
         ctx = Context(loaded, out_dir, manifest, options)
         records = Runner(ctx, out_console, force=force, strict=strict).run(build_plan(ctx), until=until.value if until else None)
-    print_next_steps(out_console, loaded, records)
+    print_next_steps(out_console, loaded, manifest.path, records)
+
+
+def _factory_outside(profile) -> Optional[Path]:
+    """The factory module's file, when it is neither beside the profile nor installed nor ours: the code a build runs
+    that the user may not expect (a module that happens to be on PYTHONPATH or in the current folder)."""
+    import sysconfig
+
+    from pipeline.export import factory_file
+
+    path = factory_file(profile)
+    if path is None:
+        return None
+    path = path.resolve()
+    known = [profile.folder, Path(__file__).resolve().parents[2], *(sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib"))]
+    return None if any(path.is_relative_to(Path(folder).resolve()) for folder in known) else path
 
 
 def _missing_folders(folder: Path) -> list[Path]:
