@@ -87,3 +87,17 @@ def test_build_names_the_factory_file_it_runs_when_it_is_outside_the_profiles_fo
     far = tmp_path / "elsewhere" / "far_models.py"
     assert f"note: model.factory far_models:make runs code from {far}" in outputs["far_models"].stdout
     assert "runs code from" not in outputs["near_models"].stdout
+
+
+def test_lief_reports_no_leaks_at_exit_once_quant_silences_it():
+    """ModelOpt imports lief (quant/fp16.py and int8.py then call the silencer); lief's nanobind bindings print
+    "nanobind: leaked ..." at exit for any object still alive then. An object kept alive on purpose shows
+    that the report is there unless quant switches it off."""
+    keep_one_alive = "import ctypes, lief; b = lief.parse(sys.executable); ctypes.pythonapi.Py_IncRef(ctypes.py_object(b))\n"
+    runs = {}
+    for silenced in (False, True):
+        code = "import sys\n" + keep_one_alive + ("from quant import silence_lief_leak_report; silence_lief_leak_report()\n" if silenced else "")
+        runs[silenced] = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert runs[silenced].returncode == 0, runs[silenced].stderr[-2000:]
+    assert "nanobind: leaked" in runs[False].stderr
+    assert "nanobind" not in runs[True].stderr
