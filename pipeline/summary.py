@@ -41,13 +41,14 @@ def print_next_steps(console: Console, profile: Profile, manifest: Path, records
 
         verdict = report_from_files(REAL_LOG)["verdict"]
         console.print(f"\nWhat the report says about this model's engine, from a real TensorRT 10.10 build log (FP16, A100):\n"
-                      f"  python -m pipeline report {_shown(REAL_LOG)}\n  {verdict}", highlight=False, markup=False, soft_wrap=True)
+                      f"  python -m pipeline report {shown_path(REAL_LOG)}\n  {verdict}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _is_default(profile: Profile) -> bool:
     return profile.name == DEFAULT_PROFILE and profile.source is not None and Path(profile.source).resolve().parent == REPO_PROFILES.resolve()
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
+    """`path` relative to the current folder when it is under it (as a user would type it), else as given."""
     relative = os.path.relpath(path)
     return relative if not relative.startswith("..") else str(path)

@@ -78,13 +78,13 @@ def build(
     from pipeline.lock import folder_lock
     from pipeline.runner import Context, Runner
     from pipeline.stages import build_plan
-    from pipeline.summary import print_next_steps
+    from pipeline.summary import print_next_steps, shown_path
 
     _check_build_flags(fp16, int8, calib, preset, min_cosine)
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     out_console = stdout_console()
-    out_console.print(f"profile {loaded.name} from {loaded.source}", highlight=False, markup=False)
+    out_console.print(f"profile {loaded.name} from {shown_path(loaded.source) if loaded.source else 'the built-in defaults'}", highlight=False, markup=False)
     if (outside := _factory_outside(loaded)) is not None:
         out_console.print(f"note: model.factory {loaded.model.factory} runs code from {outside} (outside the profile's folder and the installed packages)",
                           highlight=False, markup=False)
