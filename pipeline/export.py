@@ -365,6 +365,12 @@ _OP_PATTERNS = (
 def _unsupported_operator(err: Exception, module: Any, example: tuple, exporter: str, profile: Profile) -> Exception:
     """Turn an exporter failure into one line naming the operator and the module that calls it."""
     text = "\n".join(str(e) for e in _chain(err))
+    if "Failed to decompose the FX graph" in text:  # torch.export ran; an operator failed on its symbolic shapes
+        return InputError(
+            f"export: the {exporter} exporter could not decompose the model at its dynamic dims: {_summary(text)}; "
+            "that exporter cannot export this model with these [dims]: set `[export] exporter = \"torchscript\"` in the profile "
+            "(`export --exporter torchscript` for one export), or make the dims static"
+        )
     for pattern in _OP_PATTERNS:
         if match := pattern.search(text):
             op = match["op"].replace("::", ".")
