@@ -99,11 +99,14 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                     # torch always enables its ONNX log (it tests the function object, not its result),
                     # which prints the whole IR to stdout on failure: send it to the captured stderr
                     getattr(torch._C, "_jit_set_onnx_log_output_stream", lambda _: None)("stderr")
-                    torch.onnx.export(
-                        module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
-                        input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
-                        export_modules_as_functions=function_classes or False,
-                    )
+                    try:
+                        torch.onnx.export(
+                            module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
+                            input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
+                            export_modules_as_functions=function_classes or False,
+                        )
+                    finally:  # torch leaves its log on, and the module hooks of --functions then log on every later forward
+                        torch._C._jit_set_onnx_log_enabled(False)
                     if function_classes:
                         _stamp_function_calls(tmp, module, example, function_classes)
         except Exception as err:

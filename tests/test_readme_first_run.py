@@ -131,3 +131,17 @@ def test_a_dynamo_decomposition_failure_names_its_cause_and_the_exporter_that_wo
         line = str(_unsupported_operator(err, None, (), "dynamo", load_profile("bert-tiny")))
     assert line.startswith("export: the dynamo exporter could not decompose the model at its dynamic dims: Cannot view a tensor with shape torch.Size([4*s21, 16, 2, 16])")
     assert 'set `[export] exporter = "torchscript"` in the profile' in line and "no ONNX translation" not in line
+
+
+def test_export_functions_leaves_torchs_onnx_log_off(tmp_path):
+    """torch's TorchScript export turns its ONNX log on and never off; with --functions its module hooks then
+    printed "Skipping module attribute 'freeze'" on each later forward (our check against torch), after the
+    export's own output was captured."""
+    import torch
+
+    from pipeline.core.profiles import load_profile
+    from pipeline.export import export_model
+
+    profile = load_profile(str(write_profile(tmp_path, TINY_MLP_PROFILE)))
+    export_model(profile, tmp_path / "m.onnx", exporter="torchscript", functions=["GELU"])
+    assert not torch._C._jit_is_onnx_log_enabled()
