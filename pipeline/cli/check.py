@@ -172,7 +172,11 @@ def _torch_table(result: dict) -> str:
              f"first diverging module: {first['module']} ({first['kind']}, max_abs_diff {first['max_abs_diff']:.3g})" if first
              else "no mapped module exceeds the tolerance",
              f"{'module':<{width}}  {'class':<{kind_width}}  {'max abs':>9} {'relative':>9}  tensor / note"]
-    for r in rows:
+    for r in _fold_submodules(rows):
+        if isinstance(r, list):
+            notes = "; ".join(dict.fromkeys(child["note"] for child in r[1:]))
+            lines.append(f"{r[0] + '.*':<{width}}  {f'{len(r) - 1} modules':<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {notes}")
+            continue
         mark = " <- over tolerance" if r["max_abs_diff"] is not None and not r["max_abs_diff"] <= result["tolerance"] else ""
         if r["tensor"] is None:
             lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {r['note']}")
@@ -181,6 +185,25 @@ def _torch_table(result: dict) -> str:
             note = f" ({r['note']})" if r["note"] else ""
             lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {r['max_abs_diff']:9.2e} {relative}  {r['tensor']}{note}{mark}")
     return "\n".join(lines) + "\n"
+
+
+def _fold_submodules(rows: list[dict]) -> list:
+    """Rows, with the unmapped submodules of each mapped module (e.g. one exported as an ONNX function) as one
+    entry [that module, its unmapped submodules' rows...], where the first of them was."""
+    mapped = {r["module"] for r in rows if r["tensor"] is not None}
+    folded: list = []
+    groups: dict[str, list] = {}
+    for r in rows:
+        parts = r["module"].split(".")
+        owner = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in mapped), None) if r["tensor"] is None else None
+        if owner is None:
+            folded.append(r)
+            continue
+        if owner not in groups:
+            groups[owner] = [owner]
+            folded.append(groups[owner])
+        groups[owner].append(r)
+    return folded
 
 
 class Backend(str, Enum):
