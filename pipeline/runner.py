@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import interrupts
@@ -169,7 +170,7 @@ class Runner:
                 "interrupted": "[red]interrupted[/]", "stale": "[yellow]stale[/]"}
         detail = stage.key_metric(record.metrics) if stage and record.status in ("done", "cached") else split_next_step(record.reason)[0]
         earlier = " (earlier run)" if record.run != self.run_id else ""
-        self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {printable(detail)}{earlier}", highlight=False)
+        self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False)
 
     def print_summary(self) -> None:
         """Under the lines of the stages this run ran: the manifest's records from earlier runs."""

@@ -38,10 +38,10 @@ def test_a_cpu_run_of_the_default_profile_prints_each_stage_once_and_ends_with_t
     assert bench.returncode == 3 and "error: bench --backend trt needs TensorRT and a GPU" in bench.stderr and "docker run" in bench.stderr
 
 
-def relu_model(path) -> None:
+def relu_model(path, input_name: str = "x") -> None:
     onnx.save(helper.make_model(helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])]),
+        [helper.make_node("Relu", [input_name], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])]),
         opset_imports=[helper.make_opsetid("", 20)]), str(path))
 
 
@@ -54,11 +54,14 @@ def test_another_profile_gets_the_docker_command_but_not_the_bert_log(tmp_path):
 
 
 def test_a_stage_that_failed_in_this_run_is_not_shown_as_an_earlier_run(tmp_path):
-    profile = write_profile(tmp_path, TINY_MLP_PROFILE + "[export]\ntolerance = 1e-12\n")
-    result = run_cli("build", "--profile", str(profile), "--out", str(tmp_path / "new"))
-    assert result.returncode == 1
-    (line,) = stage_lines(result.stdout, "export")
+    """Into a new folder; the line is the reason as recorded, brackets and all (`[[inputs]]` is not rich markup)."""
+    relu_model(tmp_path / "m.onnx", input_name="tokens")
+    write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("build", "--profile", "p.toml", "--onnx", "m.onnx", "--out", "new", cwd=tmp_path)
+    assert result.returncode == 2
+    (line,) = stage_lines(result.stdout.replace(" \n", " "), "export")
     assert "failed" in line and "earlier run" not in result.stdout, result.stdout
+    assert "model input 'tokens' is not in profile tiny-mlp's [[inputs]] (x)" in line
 
 
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
