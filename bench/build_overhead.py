@@ -18,7 +18,7 @@ time and peak RSS (os.wait4) are recorded, with the machine's load average. Per 
 pipeline's own stage time (manifest) is set against the direct call's in-process time.
 
 Run: python bench/build_overhead.py [--runs 3] [--profile bert-base] [--readme | --readme-only]
-  -> bench/results/build_overhead.json (and, with --readme, the table in README.md).
+  -> bench/results/build_overhead.json (and, with --readme, the table in docs/performance.md).
   About 5 minutes per run for bert-base on 2 cores.
 """
 
@@ -232,7 +232,7 @@ def summarize(runs: list[dict], profile_name: str) -> dict:
 
 
 def readme_table(result: dict) -> str:
-    """The README's build-overhead table, from the results file (a test checks the README holds exactly this)."""
+    """The build-overhead table of docs/performance.md, from the results file (a test checks the page holds exactly this)."""
     s, stages = result["summary"], result["per_stage"]
 
     def cell(x: dict, unit: str = "") -> str:

@@ -9,7 +9,7 @@ findings (each with the justification below), seconds per stage and in total; an
 average before and after.
 
 Run: python bench/models.py            -> bench/results/models.json (about 5 minutes on 2 cores)
-     python bench/models.py --table    prints the README table from bench/results/models.json
+     python bench/models.py --table    prints the docs/performance.md table from bench/results/models.json
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def graph_facts(path: Path) -> dict:
 
 
 def table(results: dict) -> str:
-    """The README's corpus table, rendered from the recorded results."""
+    """The corpus table of docs/performance.md, rendered from the recorded results."""
     rows = ["| model | exporter | result | export diff | nodes (optimize) | LN / Gelu / attention scale (rewrites) | fp16 cos_c | int8 cos_c | Q/DQ | lint | s (export/opt/fp16/int8) |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results["runs"]:

@@ -9,7 +9,7 @@ each 5 times, interleaved, each process after an untimed os.sync(); medians and 
 on a 48-layer to a 12-layer encoder (hidden 256 to keep the exports small; the call never
 reads weights, so only the node count matters).
 Run: python bench/optimize_speed.py [--readme]  -> bench/results/optimize_speed.json (and, with
---readme, the table in README.md); takes a few minutes.
+--readme, the table in docs/performance.md); takes a few minutes.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def main() -> None:
 
 
 def readme_table(result: dict) -> str:
-    """The README's optimize speed table, from the results file (a test checks the README holds exactly this)."""
+    """The optimize speed table of docs/performance.md, from the results file (a test checks the page holds exactly this)."""
     seconds, ratios, calls = result["seconds"], result["ratios"], result["optimize_call_seconds"]
 
     def cell(x: dict, digits: int = 2) -> str:

@@ -8,7 +8,7 @@ On the optimized bert-base model, each mode a whole process, 3 rounds interleave
 Recorded per process: the wall time of both steps together, AutoCast's own time, the reference's
 own time; the ratio overlapped / sequential per round.
 Run: python bench/reference_overlap.py [--readme | --readme-only]
-  -> bench/results/reference_overlap.json (and, with --readme, the table in README.md).
+  -> bench/results/reference_overlap.json (and, with --readme, the table in docs/performance.md).
 """
 
 from __future__ import annotations

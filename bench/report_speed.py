@@ -12,7 +12,7 @@ machine's load average before and after. Optionally NVIDIA's trt-engine-explorer
 (`--trex-python`: a Python with pandas 2.2; `--trex-path`: tools/experimental/trt-engine-explorer of
 NVIDIA/TensorRT; not part of this project).
 Run: python bench/report_speed.py [--runs 5] [--trex-python P --trex-path D] [--readme | --readme-only]
-  -> bench/results/report_speed.json (and, with --readme, the table in README.md)
+  -> bench/results/report_speed.json (and, with --readme, the table in docs/performance.md)
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def _cell(s: dict[str, float]) -> str:
 
 
 def readme_table(result: dict, fuzz: dict) -> str:
-    """The README's speed table and fuzz summary, from the results files (a test checks the README holds exactly this)."""
+    """The speed table and fuzz summary of docs/performance.md, from the results files (a test checks the page holds exactly this)."""
     seconds = result["seconds"]
     trex = "trex" in result
     lines = ["| layers | `-f json` | `-f text` | `-f html` |" + (" trex `EnginePlan` | json / trex |" if trex else ""),

@@ -112,15 +112,14 @@ def module_scopes(onnx_path: Path) -> OnnxScopes:
     return OnnxScopes(by_module, consumers, {o.name for o in model.graph.output})
 
 
-def compare_to_torch(profile: Profile, onnx_path: Path, feeds: dict[str, np.ndarray], workdir: Path,
-                     module: Any = None) -> tuple[dict[str, Any], dict[str, Capture]]:
+def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray],
+                     workdir: Path) -> tuple[dict[str, Any], dict[str, Capture]]:
     """Per torch module, the error of the ONNX tensor it maps to (`first_diverging`: the first over the
-    profile's export tolerance), and what each module got and returned. `module` is the torch model
-    (built from the profile if None); `feeds` are in the profile's input order."""
-    from pipeline.export import build_module
+    profile's export tolerance), and what each module got and returned. `module` is the profile's torch
+    model (the caller builds it: export.py calls this module, so this one never imports export.py);
+    `feeds` are in the profile's input order."""
     from quant.compare import run_exposing_all
 
-    module = module if module is not None else build_module(profile)[0]
     captures = capture_modules(module, feeds)
     values = {name: runs[0] for name, runs in run_exposing_all(onnx_path, [feeds], workdir).items()}
     scopes = module_scopes(onnx_path)

@@ -99,11 +99,14 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                     # torch always enables its ONNX log (it tests the function object, not its result),
                     # which prints the whole IR to stdout on failure: send it to the captured stderr
                     getattr(torch._C, "_jit_set_onnx_log_output_stream", lambda _: None)("stderr")
-                    torch.onnx.export(
-                        module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
-                        input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
-                        export_modules_as_functions=function_classes or False,
-                    )
+                    try:
+                        torch.onnx.export(
+                            module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
+                            input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
+                            export_modules_as_functions=function_classes or False,
+                        )
+                    finally:  # torch leaves its log on, and the module hooks of --functions then log on every later forward
+                        torch._C._jit_set_onnx_log_enabled(False)
                     if function_classes:
                         _stamp_function_calls(tmp, module, example, function_classes)
         except Exception as err:
@@ -345,7 +348,7 @@ def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict
 
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            result, _ = compare_to_torch(profile, onnx_path, feeds, Path(workdir), module)
+            result, _ = compare_to_torch(profile, module, onnx_path, feeds, Path(workdir))
     except PipelineError as err:
         return f"modules not compared ({err})"
     return first_diverging_line(result)
@@ -365,6 +368,12 @@ _OP_PATTERNS = (
 def _unsupported_operator(err: Exception, module: Any, example: tuple, exporter: str, profile: Profile) -> Exception:
     """Turn an exporter failure into one line naming the operator and the module that calls it."""
     text = "\n".join(str(e) for e in _chain(err))
+    if "Failed to decompose the FX graph" in text:  # torch.export ran; an operator failed on its symbolic shapes
+        return InputError(
+            f"export: the {exporter} exporter could not decompose the model at its dynamic dims: {_summary(text)}; "
+            "that exporter cannot export this model with these [dims]: set `[export] exporter = \"torchscript\"` in the profile "
+            "(`export --exporter torchscript` for one export), or make the dims static"
+        )
     for pattern in _OP_PATTERNS:
         if match := pattern.search(text):
             op = match["op"].replace("::", ".")
@@ -441,6 +450,15 @@ def _signature(function) -> str:
         return str(inspect.signature(function))
     except (TypeError, ValueError):
         return "(...)"
+
+
+def factory_file(profile: Profile) -> Path | None:
+    """The file of the profile's factory module (found as the export stage finds it), or None."""
+    if profile.model.factory is None:
+        return None
+    with _importable_from(profile.folder):
+        spec = _find_spec(profile.model.factory.split(":")[0], profile)
+    return Path(spec.origin) if spec and spec.origin else None
 
 
 def _find_spec(module_name: str, profile: Profile):

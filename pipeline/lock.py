@@ -1,7 +1,9 @@
 """One build at a time per output folder: an exclusive lock on `<out>/.lock`.
 
 The lock is an advisory `flock` held for the whole run; the kernel releases it when the
-process ends, however it ends (kill -9 included), so a lock is never left behind. The file
+process ends, however it ends (kill -9 included), so a stale lock never blocks a build. The
+holder removes the file before it lets go, so a finished or failed run leaves no `.lock`; a run
+that got the lock on a file its holder has since removed tries again on the new file. The file
 holds the holder's pid, start time and command line, for the message the next run prints.
 """
 
@@ -26,25 +28,48 @@ LOCK_NAME = ".lock"
 def folder_lock(folder: Path, wait: bool = False, on_wait: Callable[[str], None] = lambda holder: None) -> Iterator[None]:
     """Hold the folder's lock for the block; if another run holds it, exit 2 naming it (or wait)."""
     check_parents(folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as err:
-        raise InputError(describe_os_error(err, folder)) from err
-    try:
+    path = folder / LOCK_NAME
+    while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            if not wait:
-                raise InputError(f"{folder}: another build is writing here ({holder}); wait for it to finish, pass --wait, or use another --out") from None
-            on_wait(holder)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as err:
+            raise InputError(describe_os_error(err, folder)) from err
+        try:
+            _acquire(fd, folder, wait, on_wait)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _still_linked(fd, path):
+            break
+        os.close(fd)  # the holder we waited for removed this file: lock the one there now
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "command": sys.argv}).encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still holding it: a run waiting on this file sees it unlinked and retries
         os.close(fd)
+
+
+def _acquire(fd: int, folder: Path, wait: bool, on_wait: Callable[[str], None]) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        if not wait:
+            raise InputError(f"{folder}: another build is writing here ({holder}); wait for it to finish, pass --wait, or use another --out") from None
+        on_wait(holder)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _still_linked(fd: int, path: Path) -> bool:
+    """The locked file is the one at `path` (not one a previous holder removed after we opened it)."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+    except FileNotFoundError:
+        return False
 
 
 def _holder(fd: int) -> str:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pipeline import interrupts
 from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
@@ -31,6 +31,7 @@ from pipeline.core.manifest import USABLE, Manifest, StageRecord, downstream
 from pipeline.core.profiles import Profile
 from pipeline.core.text import printable
 from pipeline.settings import Settings, UndeclaredSetting
+from pipeline.summary import split_next_step
 
 Status = Callable[[str], None]
 
@@ -162,7 +163,7 @@ class Runner:
                         break
         finally:
             self._mark_stale()
-            self.print_summary(records)
+            self.print_summary()
         return records
 
     def _run_one(self, stage: Stage, progress: Progress) -> StageRecord:
@@ -288,27 +289,20 @@ class Runner:
                     f"from run {record.run or 'before'}; stage {cause.name} ran again in run {self.run_id} ({cause.status}), "
                     f"so this {record.status} result is out of date: run build again with the flags that produce it")))
 
-    def _print_line(self, stage: Stage, record: StageRecord) -> None:
+    def _print_line(self, stage: Stage | None, record: StageRecord) -> None:
         mark = {"done": "[green]done[/]", "cached": "[cyan]cached[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]",
                 "interrupted": "[red]interrupted[/]", "stale": "[yellow]stale[/]"}
-        detail = stage.key_metric(record.metrics) if record.status in ("done", "cached") else record.reason
-        self.console.print(f"{stage.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {printable(detail)}", highlight=False)
+        detail = stage.key_metric(record.metrics) if stage and record.status in ("done", "cached") else split_next_step(record.reason)[0]
+        earlier = " (earlier run)" if record.run != self.run_id else ""
+        self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False)
         if record.status == "done" and record.reason.startswith("rerun: "):
             self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False)
 
-    def print_summary(self, records: list[StageRecord]) -> None:
-        table = Table(title=f"{self.ctx.profile.name} -> {self.ctx.manifest.path}", title_justify="left")
-        for column in ("stage", "status", "seconds", "key metric", "output"):
-            table.add_column(column, justify="right" if column == "seconds" else "left")
-        shown = {r.name for r in records}
-        others = [r for r in self.ctx.manifest.stages if r.name not in shown]
-        for record in [*records, *others]:
-            stage = self.stages.get(record.name)
-            metric = stage.key_metric(record.metrics) if stage and record.status in ("done", "cached") else record.reason
-            output = ", ".join(str(self.ctx.manifest.path.parent / p) for p in record.outputs.values())
-            status = record.status if record.name in shown else f"{record.status} (earlier run)"
-            table.add_row(record.name, status, f"{record.seconds:.2f}", printable(metric), printable(output))
-        self.console.print(table)
+    def print_summary(self) -> None:
+        """Under the lines of the stages this run ran: the manifest's records from earlier runs."""
+        for record in self.ctx.manifest.stages:
+            if record.run != self.run_id:
+                self._print_line(self.stages.get(record.name), record)
 
 
 def _change(before: Any, now: Any) -> str:

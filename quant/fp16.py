@@ -47,6 +47,9 @@ def convert_fp16(
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     from pipeline.core.devices import cuda_device_present
+    from quant import silence_lief_leak_report
+
+    silence_lief_leak_report()
 
     providers = ["cuda", "cpu"] if cuda_device_present() else ["cpu"]
     logging.getLogger("modelopt").setLevel(logging.WARNING)

@@ -74,8 +74,11 @@ def quantize_int8(
     from modelopt.onnx.quantization import quantize
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
+    from quant import silence_lief_leak_report
     from quant.lint import lint_model
     from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
+
+    silence_lief_leak_report()
 
     if preset_name not in PRESETS:
         raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")

@@ -104,3 +104,11 @@ def mnist_with_a_layer_named(directory: Path, name: str) -> Path:
     path = directory / "renamed.layers.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def pytest_unconfigure(config):
+    """The test command ends with pytest's summary: tests that import ModelOpt in-process (it imports lief)
+    get lief's exit-time leak report switched off as the CLI's stages do (quant.silence_lief_leak_report)."""
+    from quant import silence_lief_leak_report
+
+    silence_lief_leak_report()

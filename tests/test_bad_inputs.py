@@ -133,7 +133,7 @@ class Case:
     setup: tuple[str, ...] = field(default=())
 
 
-BUILD_LEFTOVERS = ("o/manifest.json", "o/.lock")
+BUILD_LEFTOVERS = ()  # a build stopped by bad input leaves its --out as it found it: no manifest, no .lock, no new folder
 
 ORT_LOGREG_IRIS = Path(importlib.util.find_spec("onnxruntime").origin).parent / "datasets" / "logreg_iris.onnx"
 
@@ -212,7 +212,9 @@ CASES = {
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file() and not p.is_symlink()}
+    """Every file's sha256 and every folder (as "dir"), dot-files such as `.lock` included."""
+    return {str(p.relative_to(folder)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in folder.rglob("*") if not p.is_symlink() and (p.is_file() or p.is_dir())}
 
 
 @pytest.fixture

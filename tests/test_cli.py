@@ -18,7 +18,7 @@ def test_build_default_profile_exports_verifies_and_caches(tmp_path):
     export = stages(out)["export"]
     assert export["status"] == "done" and export["metrics"]["max_abs_diff"] <= 1e-4
     assert onnx.load(str(out / export["outputs"]["onnx"]), load_external_data=False).graph.node
-    assert "stage" in first.stdout and "max_abs_diff=" in first.stdout and "model.onnx" in first.stdout
+    assert "\nexport    done" in first.stdout and "max_abs_diff=" in first.stdout and "recorded in artifacts/bert-tiny/manifest.json" in first.stdout
     second = run_cli("build", cwd=tmp_path)
     assert second.returncode == 0 and stages(out)["export"]["status"] == "cached"
     assert "cached" in second.stdout

@@ -1,6 +1,7 @@
 """The layers import one way: pipeline.core <- quant, trt <- the rest of pipeline (docs/design.md, "Layers")."""
 
 import ast
+import graphlib
 
 import pytest
 from conftest import REPO
@@ -74,3 +75,66 @@ def test_the_tensorrt_check_sees_an_import_in_a_function(tmp_path):
     (tmp_path / "trt").mkdir()
     (tmp_path / "trt" / "build.py").write_text("import tensorrt\n")
     assert tensorrt_imports(tmp_path) == ["pipeline/stage.py:2 imports tensorrt"]
+
+
+def our_modules(repo) -> dict[str, object]:
+    """Every module of ours by its dotted name -> its file."""
+    modules = {}
+    for folder in OURS:
+        for path in sorted((repo / folder).rglob("*.py")):
+            parts = path.relative_to(repo).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def import_cycle(repo) -> list[str]:
+    """A cycle among our modules' imports (those inside functions included: they close a circle at run time), or []."""
+    modules = our_modules(repo)
+
+    def ours(name: str) -> str:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for module, path in modules.items():
+        targets = {ours(name) for _, names in imported_modules(path) for name in names}
+        # a module reading its own package's __init__ is Python's import order, not a circle
+        graph[module] = {t for t in targets if t and t != module and not module.startswith(t + ".")}
+    try:
+        list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as err:
+        return err.args[1]
+    return []
+
+
+def test_no_import_cycle():
+    assert import_cycle(REPO) == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path):
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "a.py").write_text("def f():\n    from pipeline.b import g\n")
+    (tmp_path / "pipeline" / "b.py").write_text("from pipeline import a\n")
+    assert sorted(set(import_cycle(tmp_path))) == ["pipeline.a", "pipeline.b"]
+
+
+def sys_modules_assignments(folders) -> list[str]:
+    """`sys.modules[...] = ...` (or del, or .setdefault/.update) in our code: patching another library's import."""
+    found = []
+    for path in folders:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else []
+            calls = [node.func.value] if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("setdefault", "update", "pop") else []
+            for target in [*targets, *calls]:
+                base = target.value if isinstance(target, ast.Subscript) else target
+                if ast.unparse(base) == "sys.modules":
+                    found.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path.name}:{node.lineno}")
+    return found
+
+
+def test_no_sys_modules_assignment_outside_tests(tmp_path):
+    assert sys_modules_assignments(path for folder in (*OURS, "bench") for path in sorted((REPO / folder).rglob("*.py"))) == []
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text("import sys\nsys.modules['sympy'] = object()\n")
+    assert sys_modules_assignments([stand_in]) == ["stand_in.py:2"]

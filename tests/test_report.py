@@ -42,7 +42,7 @@ def test_a_names_only_myelin_region_is_not_called_tensorrt_8(trt_fixtures):
     """TensorRT 10 lists a Myelin region as one ForeignNode layer too when only names were recorded:
     the verdict says what the listing shows, not a version it guessed."""
     verdict = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log")["verdict"]
-    assert verdict.startswith("FP16 engine: the whole network runs as 1 Myelin region (listed as one ForeignNode layer, not its kernels")
+    assert verdict.startswith("FP16 engine: the whole network runs as 1 Myelin region (plus 1 reformat/copy layer); its Myelin region is listed as one ForeignNode layer, not its kernels")
     assert "TensorRT 8.x lists" not in verdict
 
 

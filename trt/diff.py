@@ -298,9 +298,10 @@ def _verdict(diff: dict[str, Any]) -> str:
     if diff["join"] == "order-and-type":
         changed = [r for r in diff["aligned"] if r["precision_change"]]
         kinds = Counter(r["precision_change"] for r in changed).most_common(1)
-        return (f"{a} and {b} share too few ONNX node names to join: {len(diff['aligned'])} compute regions aligned by order and type, "
+        return (f"{_speed(diff, a, b)}; {_kept_precision(diff, b)}{len(diff['qdq_layers']['b'])} standalone Q/DQ layer{'s' if len(diff['qdq_layers']['b']) != 1 else ''} in {b}. "
+                f"How: the engines share too few ONNX node names to join, so {len(diff['aligned'])} compute regions were aligned by order and type; "
                 f"{len(changed)} changed precision" + (f" (mostly {kinds[0][0]})" if kinds else "")
-                + f"; {b} has {diff['totals']['layers']['b']} layers where {a} has {diff['totals']['layers']['a']}")
+                + f", and {b} has {diff['totals']['layers']['b']} layers where {a} has {diff['totals']['layers']['a']}")
     for splits, whole, pieces, side in ((diff["splits"], a, b, "b"), (diff["merges"], b, a, "a")):
         if splits:
             biggest = max(splits, key=lambda s: s["nodes"])
@@ -321,6 +322,28 @@ def _verdict(diff: dict[str, Any]) -> str:
         kinds = Counter(r["precision_change"] for r in changed).most_common()
         return f"{b} keeps {a}'s regions; {len(changed)} of them changed precision (" + ", ".join(f"{k}: {n}" for k, n in kinds) + ")"
     return f"{b} runs {a}'s regions unchanged (layer count {diff['totals']['layers']['a']} -> {diff['totals']['layers']['b']})"
+
+
+def _speed(diff: dict[str, Any], a: str, b: str) -> str:
+    """B's total layer time against A's, when both engines' per-layer timings were given."""
+    time_a, time_b = diff["totals"]["total_time_ms"]["a"], diff["totals"]["total_time_ms"]["b"]
+    if not time_a or not time_b:
+        return f"{b} has {diff['totals']['layers']['b']} layers where {a} has {diff['totals']['layers']['a']} (no layer times: give --timing-a/--timing-b to compare speed)"
+    ratio = time_b / time_a
+    faster = "faster" if ratio < 1 else "slower" if ratio > 1 else "as fast"
+    return f"{b} is {faster}: {time_b:.3g} ms of layer time where {a} takes {time_a:.3g} ms ({ratio:.2f}x)"
+
+
+def _kept_precision(diff: dict[str, Any], b: str) -> str:
+    """For a quantized B: how many of its aligned compute regions still run in a float precision."""
+    if diff["b"]["precision"] != "INT8":
+        return ""
+    regions = [r["b"] for r in diff["aligned"] if r["b"]]
+    kept = Counter(r["precision"] for r in regions if r["precision"] and r["precision"] != "INT8")
+    if not kept:
+        return f"all {len(regions)} compute regions of {b} run INT8; "
+    where = next(iter(kept)) if len(kept) == 1 else "float (" + ", ".join(f"{p} {n}" for p, n in kept.most_common()) + ")"
+    return f"{sum(kept.values())} of {len(regions)} compute regions stayed in {where}; "
 
 
 def _short(name: str, limit: int = 80) -> str:

@@ -119,7 +119,7 @@ def engine_precision(plan: EnginePlan) -> str:
 
 
 def verdict(plan: EnginePlan) -> str:
-    """One sentence: how the network runs (profile 0 when there are several; they are copies)."""
+    """One sentence: how the network runs (profile 0 when there are several; they are copies), then its caveats."""
     regions = [r for r in plan.regions if r.profile == 0]
     compute = [r for r in regions if r.compute]
     myelin = [r for r in compute if r.kind == "myelin"]
@@ -132,9 +132,9 @@ def verdict(plan: EnginePlan) -> str:
         if len(myelin) == 1:
             text = f"the whole network runs as 1 Myelin region{_kernels(myelin[0])}"
         else:
-            text = f"the network runs as {len(myelin)} Myelin regions ({_kernel_list(myelin)}) and no other compute layer"
+            text = f"the network runs as {len(myelin)} Myelin regions{_kernel_list(myelin)} and no other compute layer"
     elif myelin:
-        text = f"the network runs as {len(myelin)} Myelin region{_s(myelin)} ({_kernel_list(myelin)}) and {len(others)} other layer{_s(others)}"
+        text = f"the network runs as {len(myelin)} Myelin region{_s(myelin)}{_kernel_list(myelin)} and {len(others)} other layer{_s(others)}"
     elif others:
         text = f"the network runs as {len(others)} layer{_s(others)}, none of them in Myelin"
     else:
@@ -145,21 +145,23 @@ def verdict(plan: EnginePlan) -> str:
         text += f" (plus {copies} reformat/copy layer{'s' if copies != 1 else ''})"
     if plan.profiles > 1:
         text += f", in each of its {plan.profiles} optimization profiles"
+    listed = [r for r in myelin if r.layers[0].type == "Myelin"]
+    if listed:
+        text += (f"; {'its Myelin region is' if len(myelin) == 1 else 'each Myelin region is'} listed as one ForeignNode layer, "
+                 "not its kernels (TensorRT 8.x, or layer names only)")
     return head + text
 
 
 def _kernels(region: Region) -> str:
-    if region.layers[0].type == "Myelin":
-        return " (listed as one ForeignNode layer, not its kernels: TensorRT 8.x, or layer names only)"
-    return f" of {len(region.layers)} kernel{_s(region.layers)}"
+    return "" if region.layers[0].type == "Myelin" else f" of {len(region.layers)} kernel{_s(region.layers)}"
 
 
 def _kernel_list(regions: list[Region]) -> str:
     if all(r.layers[0].type == "Myelin" for r in regions):
-        return "listed as one ForeignNode layer" if len(regions) == 1 else "each listed as one ForeignNode layer"
+        return ""
     sizes = [str(len(r.layers)) for r in regions]
     shown = ", ".join(sizes[:6]) + (", ..." if len(sizes) > 6 else "")
-    return f"{shown} kernels"
+    return f" ({shown} kernels)"
 
 
 def _s(items) -> str:

@@ -7,6 +7,7 @@ Only light modules are imported here; each command imports its stage's heavy dep
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -36,11 +37,18 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
+class _StdoutConsole(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich would exit 1; raise what a plain write raises, so `main` ends a closed pipe quietly."""
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
 def stdout_console() -> Console:
     """Rich output on stdout; 140 columns when piped so tables and paths are not cut."""
-    probe = Console(file=sys.stdout)
+    probe = _StdoutConsole(file=sys.stdout)
     # bound to the real stdout now: stages capture sys.stdout while third-party code runs
-    return probe if probe.is_terminal else Console(file=sys.stdout, width=140)
+    return probe if probe.is_terminal else _StdoutConsole(file=sys.stdout, width=140)
 _debug = False
 
 ProfileOption = Annotated[
@@ -88,11 +96,22 @@ def main() -> None:
         if interrupts.interrupted():  # typer turns a KeyboardInterrupt into a silent exit 130
             _error_line("interrupted")
             code = interrupts.EXIT_CODE
+    except SystemExit as err:
+        code = 0 if _click_saw_a_closed_pipe() else _report_failure(err)
     except BaseException as err:  # noqa: BLE001 - each kind is described below, none escapes as a traceback
         if _debug and not isinstance(err, SystemExit):
-            raise
+            import traceback
+
+            traceback.print_exception(err)  # then the same line and exit code as without --debug
         code = _report_failure(err)
     sys.exit(code or 0)
+
+
+def _click_saw_a_closed_pipe() -> bool:
+    """The reader of stdout went away (`| head -1`): not an error, the command stops quietly as other CLIs do.
+    typer (click, or the copy of click it vendors) turns the BrokenPipeError into exit 1 after wrapping
+    stdout in its PacifyFlushWrapper, so that the interpreter's final flush is quiet."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper"
 
 
 def _report_failure(err: BaseException) -> int:

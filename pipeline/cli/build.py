@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -76,15 +78,21 @@ def build(
     from pipeline.lock import folder_lock
     from pipeline.runner import Context, Runner
     from pipeline.stages import build_plan
+    from pipeline.summary import print_next_steps, shown_path
 
     _check_build_flags(fp16, int8, calib, preset, min_cosine)
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     out_console = stdout_console()
-    out_console.print(f"profile {loaded.name} from {loaded.source}", highlight=False, markup=False)
+    out_console.print(f"profile {loaded.name} from {shown_path(loaded.source) if loaded.source else 'the built-in defaults'}", highlight=False, markup=False)
+    if (outside := _factory_outside(loaded)) is not None:
+        out_console.print(f"note: model.factory {loaded.model.factory} runs code from {outside} (outside the profile's folder and the installed packages)",
+                          highlight=False, markup=False)
     if (ignored := shadowed_profile(profile)) is not None:
         out_console.print(f"note: {ignored} is not used: the packaged profile {profile!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
-    with folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
+    created = _missing_folders(out_dir) + ([] if (out_dir / "manifest.json").exists() else [out_dir / "manifest.json"])
+    with _leave_as_found_on_bad_input(created), \
+         folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
         for stale in remove_stale_temp_files(out_dir):
             out_console.print(f"removed {stale.name}, left by an interrupted run", highlight=False, markup=False)
         manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
@@ -93,7 +101,49 @@ def build(
         options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
         ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
-        Runner(ctx, out_console, force=force, strict=strict).run(build_plan(options), until=until.value if until else None)
+        records = Runner(ctx, out_console, force=force, strict=strict).run(build_plan(options), until=until.value if until else None)
+    print_next_steps(out_console, loaded, manifest.path, records)
+
+
+def _factory_outside(profile) -> Optional[Path]:
+    """The factory module's file, when it is neither beside the profile nor installed nor ours: the code a build runs
+    that the user may not expect (a module that happens to be on PYTHONPATH or in the current folder)."""
+    import sysconfig
+
+    from pipeline.export import factory_file
+
+    path = factory_file(profile)
+    if path is None:
+        return None
+    path = path.resolve()
+    known = [profile.folder, Path(__file__).resolve().parents[2], *(sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib"))]
+    return None if any(path.is_relative_to(Path(folder).resolve()) for folder in known) else path
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+@contextlib.contextmanager
+def _leave_as_found_on_bad_input(created: list[Path]) -> Iterator[None]:
+    """A build that stops on bad input (exit 2) removes the manifest and folders it created, when nothing
+    else was written there: such a manifest records only the refusal, which the error line already says."""
+    try:
+        yield
+    except PipelineError as err:
+        if err.exit_code == 2:
+            manifests = [p for p in created if p.name == "manifest.json"]
+            if manifests and manifests[0].parent.is_dir() and {p.name for p in manifests[0].parent.iterdir()} <= {"manifest.json"}:
+                manifests[0].unlink()
+            for folder in (p for p in created if p.name != "manifest.json"):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
+        raise
 
 
 def _docker_hint(profile, options: dict, out: Path) -> str:
@@ -181,10 +231,7 @@ def optimize(
     stats: Annotated[bool, typer.Option("--stats", help="Print per-rule statistics (tried, applied, nodes, time, why not).")] = False,
     list_rules: Annotated[bool, typer.Option("--list-rules", help="List the rules (name, priority, minimum opset, rewrite) and exit.")] = False,
 ) -> None:
-    from pipeline import deferred_sympy
     from pipeline.core.fileio import check_outputs
-
-    deferred_sympy.defer()  # this process never imports torch: onnx_ir's sympy import can wait (never comes)
     from pipeline.optimize import describe_rules, optimize_file
 
     def names(text: Optional[str]) -> Optional[list[str]]:

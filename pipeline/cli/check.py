@@ -140,6 +140,7 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
     from pipeline.core.profiles import load_profile
     from pipeline.core.samples import make_inputs
     from pipeline.divergence import compare_to_torch, dump_modules
+    from pipeline.export import build_module
     from quant.calibration import load_npz, model_inputs
 
     loaded = load_profile(profile)
@@ -154,7 +155,7 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
     else:
         feeds = make_inputs(loaded, seed=30_000)
     with tempfile.TemporaryDirectory() as workdir, console.status("running torch with a hook on every module, and the ONNX model with every tensor exposed"):
-        result, captures = compare_to_torch(loaded, onnx_path, feeds, Path(workdir))
+        result, captures = compare_to_torch(loaded, build_module(loaded)[0], onnx_path, feeds, Path(workdir))
     if dump is not None:
         written = dump_modules(captures, dump)
         console.print(f"wrote {len(written)} module dumps to {dump}", highlight=False, markup=False)
@@ -171,7 +172,11 @@ def _torch_table(result: dict) -> str:
              f"first diverging module: {first['module']} ({first['kind']}, max_abs_diff {first['max_abs_diff']:.3g})" if first
              else "no mapped module exceeds the tolerance",
              f"{'module':<{width}}  {'class':<{kind_width}}  {'max abs':>9} {'relative':>9}  tensor / note"]
-    for r in rows:
+    for r in _fold_submodules(rows):
+        if isinstance(r, list):
+            notes = "; ".join(dict.fromkeys(child["note"] for child in r[1:]))
+            lines.append(f"{r[0] + '.*':<{width}}  {f'{len(r) - 1} modules':<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {notes}")
+            continue
         mark = " <- over tolerance" if r["max_abs_diff"] is not None and not r["max_abs_diff"] <= result["tolerance"] else ""
         if r["tensor"] is None:
             lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {r['note']}")
@@ -180,6 +185,25 @@ def _torch_table(result: dict) -> str:
             note = f" ({r['note']})" if r["note"] else ""
             lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {r['max_abs_diff']:9.2e} {relative}  {r['tensor']}{note}{mark}")
     return "\n".join(lines) + "\n"
+
+
+def _fold_submodules(rows: list[dict]) -> list:
+    """Rows, with the unmapped submodules of each mapped module (e.g. one exported as an ONNX function) as one
+    entry [that module, its unmapped submodules' rows...], where the first of them was."""
+    mapped = {r["module"] for r in rows if r["tensor"] is not None}
+    folded: list = []
+    groups: dict[str, list] = {}
+    for r in rows:
+        parts = r["module"].split(".")
+        owner = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in mapped), None) if r["tensor"] is None else None
+        if owner is None:
+            folded.append(r)
+            continue
+        if owner not in groups:
+            groups[owner] = [owner]
+            folded.append(groups[owner])
+        groups[owner].append(r)
+    return folded
 
 
 class Backend(str, Enum):
@@ -217,15 +241,7 @@ def bench(
     from trt.bench import plot
 
     loaded = load_profile(profile)
-    models = _bench_models(artifact, backend.value)
-    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
-    check_outputs([target, target.with_suffix(".png")], list(models.values()))
-    dims = {}
-    if batch is not None:
-        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
-            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
-        dims["batch"] = batch
-    if backend is Backend.trt:
+    if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing
 
@@ -235,6 +251,14 @@ def bench(
             arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
             raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
                                     f"from this folder: {docker_command(arguments)}")
+    models = _bench_models(artifact, backend.value)
+    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
+    check_outputs([target, target.with_suffix(".png")], list(models.values()))
+    dims = {}
+    if batch is not None:
+        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
+            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
+        dims["batch"] = batch
     feeds = make_inputs(loaded, seed=4, dims=dims)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmark", total=iterations * len(models))
