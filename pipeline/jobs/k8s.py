@@ -31,7 +31,7 @@ def manifests(matrix: Matrix, cells: list[Cell], parallelism: int | None = None)
     }]
     for gpu, count in groups.items():
         command = ["python", "-m", "pipeline", "jobs", "cell", f"{MATRIX_MOUNT}/matrix.toml", "--gpu", gpu, "--out", RESULTS_MOUNT]
-        documents.append(_job(matrix, f"{matrix.name}-{_slug(gpu)}", command, gpu, indexed=count, parallelism=parallelism or cluster.parallelism))
+        documents.append(_job(matrix, _name(matrix.name, gpu), command, gpu, indexed=count, parallelism=parallelism or cluster.parallelism))
     gather = ["python", "-m", "pipeline", "jobs", "gather", RESULTS_MOUNT, "-o", f"{RESULTS_MOUNT}/report.html"]
     return documents, [_job(matrix, f"{matrix.name}-gather", gather, gpu="cpu", indexed=None, parallelism=1)]
 
@@ -43,8 +43,9 @@ def _labels(matrix: Matrix) -> dict[str, str]:
     return labels
 
 
-def _slug(gpu: str) -> str:
-    return re.sub(r"[^a-z0-9-]", "-", gpu.lower()).strip("-")[:20].strip("-")
+def _name(matrix: str, gpu: str) -> str:
+    """`<matrix>-<gpu type>`, lowercase, at most 52 characters: pod hostnames add `-<index>` within 63."""
+    return f"{matrix}-{re.sub(r'[^a-z0-9-]+', '-', gpu.lower())}"[:52].strip("-")
 
 
 def _job(matrix: Matrix, name: str, command: list[str], gpu: str, indexed: int | None, parallelism: int) -> dict[str, Any]:
