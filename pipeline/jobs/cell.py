@@ -145,8 +145,9 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
 
 
 def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
-    """A probe (min_iterations runs) sets the counts: each repeat (its own session or engine context, from
-    trt/bench.py) discards warmup_ms worth of runs, then times at least min_iterations and min_duration_ms."""
+    """Calibration runs (discarded) find a count of at least min_iterations lasting min_duration_ms; each
+    repeat (its own session or engine context, from trt/bench.py) then discards warmup_ms worth of runs
+    and times that count. A repeat that still came out shorter makes the cell INVALID."""
     from pipeline.core.profiles import load_profile
     from pipeline.core.samples import make_inputs
     from trt.bench import bench
@@ -154,9 +155,14 @@ def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
     method = cell.method
     feeds = make_inputs(load_profile(cell.profile), seed=method["seed"], dims=cell.shape)
     models = {cell.precision: model}
-    probe = bench(models, cell.backend, feeds, warmup=1, iterations=method["min_iterations"])["models"][cell.precision]["mean_ms"]
-    warmup = math.ceil(method["warmup_ms"] / max(probe, 1e-3))
-    iterations = max(method["min_iterations"], math.ceil(method["min_duration_ms"] / max(probe, 1e-3)))
+    iterations, calibration_runs = method["min_iterations"], 0
+    for _ in range(6):  # calibrate: grow the count until one run of it lasts min_duration_ms
+        mean = bench(models, cell.backend, feeds, warmup=1, iterations=iterations)["models"][cell.precision]["mean_ms"]
+        calibration_runs += 1 + iterations
+        if iterations * mean >= method["min_duration_ms"]:
+            break
+        iterations = math.ceil(iterations * min(100.0, 1.2 * method["min_duration_ms"] / max(iterations * mean, 1e-6)))
+    warmup = math.ceil(method["warmup_ms"] / max(mean, 1e-6))
     for _ in range(cell.repeats):
         result = bench(models, cell.backend, feeds, warmup=warmup, iterations=iterations)
         row = result["models"][cell.precision]
@@ -167,7 +173,7 @@ def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
     center = sorted(record["repeats"], key=lambda r: r["p50_ms"])[len(means) // 2]
     mean = sum(means) / len(means)
     cv = (sum((m - mean) ** 2 for m in means) / len(means)) ** 0.5 / mean if mean else 0.0
-    record["method"] = {**method, "probe_runs": 1 + method["min_iterations"], "warmup_runs_per_repeat": warmup, "iterations_per_repeat": iterations,
+    record["method"] = {**method, "calibration_runs": calibration_runs, "warmup_runs_per_repeat": warmup, "iterations_per_repeat": iterations,
                         "timing": result["timing"], "batch": result["batch"], "input_shapes": result["input_shapes"]}
     record["latency"] = {key: center[key] for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput_per_s")} | {"cv": round(cv, 4)}
     short = [r for r in record["repeats"] if r["iterations"] < method["min_iterations"] or r["timed_ms"] < method["min_duration_ms"]]
