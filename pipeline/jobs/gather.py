@@ -125,7 +125,11 @@ def plots(result: dict[str, Any]) -> dict[str, str]:
                         high.append(max(r["p90_ms"], r["p50_max_ms"] or 0) - r["p50_ms"])
                 axis.bar(xs, ys, width, yerr=[low, high], capsize=3, color=colors[precision], label=precision)
             axis.set_xticks(range(len(groups)), groups, fontsize=7)
-            axis.set_ylabel("p50 latency (ms)")
+            latencies = [r["p50_ms"] for r in rows]
+            log = max(latencies) > 20 * min(latencies)
+            if log:  # tiny and large models side by side
+                axis.set_yscale("log")
+            axis.set_ylabel("p50 latency (ms" + (", log scale)" if log else ")"))
             axis.set_title(f"{gpu}: p50, whiskers from the fastest repeat's p50 to p90", fontsize=9)
             axis.legend(fontsize=8)
         figure.tight_layout()
