@@ -71,7 +71,9 @@ def gather_10k(work: Path, template: dict) -> dict:
         record["definition"]["shape"] = {"batch": 1 + n % 16}
         record["definition"]["model"] = f"model-{n // 48}"
         record["definition"]["precision"] = ("fp32", "fp16", "int8")[n % 3]
-        record["latency"]["p50_ms"] *= 1 + (n % 7) / 10
+        scale = 1 + (n % 7) / 10
+        record["latency"] = {k: v * scale for k, v in record["latency"].items()}
+        record["repeats"] = [{k: v * scale for k, v in r.items()} for r in record["repeats"]]
         (cells / f"{record['id']}.json").write_text(json.dumps(record))
     times = []
     for _ in range(ROUNDS):

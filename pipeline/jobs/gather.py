@@ -121,8 +121,8 @@ def plots(result: dict[str, Any]) -> dict[str, str]:
                     if r["precision"] == precision and group in groups:
                         xs.append(groups.index(group) + (n - (len(precisions) - 1) / 2) * width)
                         ys.append(r["p50_ms"])
-                        low.append(r["p50_ms"] - (r["p50_min_ms"] or r["p50_ms"]))
-                        high.append(max(r["p90_ms"], r["p50_max_ms"] or 0) - r["p50_ms"])
+                        low.append(max(0.0, r["p50_ms"] - (r["p50_min_ms"] or r["p50_ms"])))
+                        high.append(max(0.0, r["p90_ms"] - r["p50_ms"]))
                 axis.bar(xs, ys, width, yerr=[low, high], capsize=3, color=colors[precision], label=precision)
             axis.set_xticks(range(len(groups)), groups, fontsize=7)
             latencies = [r["p50_ms"] for r in rows]
