@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import InputError, PipelineError
+from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
 from pipeline.core.fileio import write_json
 from pipeline.jobs import provenance
 from pipeline.jobs.plan import Cell
@@ -47,6 +47,8 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
     else:
         try:
             _build_and_time(cell, out, record)
+        except CapabilityMissing as err:  # e.g. a GPU but an onnxruntime without its CUDA provider
+            record.update(status="skipped", reason=str(err), docker=_docker(matrix, cell, out))
         except PipelineError as err:
             record.update(status="failed", reason=str(err).splitlines()[0] if str(err) else type(err).__name__)
     record["seconds"] = round(time.monotonic() - started, 3)
