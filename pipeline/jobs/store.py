@@ -4,7 +4,6 @@ written atomically by whichever process ran it, so concurrent cells never share 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +57,11 @@ def read_cells(folder: Path, matrix: str | None = None) -> list[dict[str, Any]]:
 
 
 def _read(path: Path, what: str) -> Any:
+    import orjson  # 4x the standard decoder: gather reads thousands of cells
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return orjson.loads(path.read_bytes())
     except OSError as err:
         raise InputError(describe_os_error(err, path, writing=False)) from err
-    except (UnicodeDecodeError, ValueError) as err:
+    except ValueError as err:  # orjson.JSONDecodeError, invalid UTF-8 included
         raise InputError(f"{path}: corrupt {what} ({str(err).splitlines()[0]}); delete it and rerun that cell") from err
