@@ -75,12 +75,14 @@ def gather_10k(work: Path, template: dict) -> dict:
         record["latency"] = {k: v * scale for k, v in record["latency"].items()}
         record["repeats"] = [{k: v * scale for k, v in r.items()} for r in record["repeats"]]
         (cells / f"{record['id']}.json").write_text(json.dumps(record))
-    times = []
+    times, reading = [], []
     for _ in range(ROUNDS):
         started = time.perf_counter()
-        html = render_html(gather([work / "many"]))
+        result = gather([work / "many"])
+        reading.append(time.perf_counter() - started)
+        html = render_html(result)
         times.append(time.perf_counter() - started)
-    return {"cells": 10_000, "html_bytes": len(html), **_stats(times, "seconds")}
+    return {"cells": 10_000, "html_bytes": len(html), "read_seconds": [round(t, 3) for t in reading], **_stats(times, "seconds")}
 
 
 def k8s_1000(work: Path) -> dict:
@@ -112,7 +114,8 @@ def table(result: dict) -> str:
     return "\n".join([
         "| what | measured | target |", "|---|---|---|",
         f"| `jobs cell` / `build` + `bench` by hand (one ort-cpu tiny cell, whole processes) | {o['median_ratio']:.2f}x ({o['min_ratio']:.2f}-{o['max_ratio']:.2f}) | <= 1.05x |",
-        f"| `gather` of {g['cells']:,} cells to html | {g['median_seconds']:.2f} s ({g['min_seconds']:.2f}-{g['max_seconds']:.2f}) | <= 2 s |",
+        f"| `gather` of {g['cells']:,} cells to html (of which reading the files: {statistics.median(g['read_seconds']):.2f} s) "
+        f"| {g['median_seconds']:.2f} s ({g['min_seconds']:.2f}-{g['max_seconds']:.2f}) | <= 2 s |",
         f"| `k8s` manifests of {k['cells']:,} cells (load, plan, write) | {k['median_seconds']:.2f} s ({k['min_seconds']:.2f}-{k['max_seconds']:.2f}) | <= 1 s |",
     ]) + "\n"
 
@@ -126,12 +129,12 @@ def main() -> None:
     sys.path[:0] = [str(REPO)]
     work = Path(tempfile.mkdtemp(prefix="jobs_speed."))
     try:
-        result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": os.getloadavg()}}
+        result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average": [round(x, 2) for x in os.getloadavg()]}}
         result["orchestration"] = orchestration(work)
         template = json.loads(next((work / "res" / "cells").glob("*.json")).read_text())
         result["gather"] = gather_10k(work, template)
         result["k8s"] = k8s_1000(work)
-        result["machine"]["load_average_after"] = os.getloadavg()
+        result["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -278,3 +278,14 @@ def test_gpu_check_script_runs_every_step_here_with_the_gpu_cells_skipped(ran):
     report = (check / "report.md").read_text()
     assert "4 done, 0 failed, 4 skipped" in report and "needs TensorRT and a GPU" in report
     assert (check / "report.html").read_text().startswith("<!doctype html>")
+
+
+def test_the_docs_cost_table_is_the_recorded_benchmark():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("jobs_speed", REPO / "bench" / "jobs_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (REPO / "docs" / "jobs.md").read_text()
+    block = text[text.index("<!-- jobs_speed table -->") + len("<!-- jobs_speed table -->"):text.index("<!-- end of jobs_speed table -->")]
+    assert block == "\n" + module.table(json.loads(module.RESULTS.read_text()))
