@@ -116,6 +116,7 @@ def library(tmp_path_factory) -> Path:
     (root / "importfail.toml").write_text(_profile("importfail:make"))
     (root / "seed.toml").write_text(_profile("factories:tiny_mlp", f"seed = {2**70}"))
     (root / "\x1b]0;evil\x07.onnx").write_bytes(b"")
+    _jobs_files(root)
     return root
 
 
@@ -209,6 +210,66 @@ CASES = {
     "optimize a map-typed model": Case(("optimize", str(ORT_LOGREG_IRIS), "-o", "out.onnx"),
                                        "optimize cannot read this model (Map types are not supported yet); use it unoptimized"),
 }
+
+
+# ------------------------------------------------------------------ jobs (benchmark matrices, issue 24)
+
+JOBS_MATRIX = 'name = "m"\nprecisions = ["fp32"]\nbackends = ["ort-cpu"]\n[[models]]\nprofile = "tiny.toml"\n'
+JOBS_CLUSTER = '[cluster]\ngpus = ["NVIDIA-L4"]\nimage = "i"\nresults_pvc = "r"\n'
+
+
+def _jobs_cell(cell_id: str, p50: float = 1.0, schema: int = 1, matrix: str = "m") -> str:
+    import json
+
+    definition = {"model": "tiny-mlp", "profile": "tiny.toml", "onnx": None, "shape": {"batch": 4}, "precision": "fp32",
+                  "backend": "ort-cpu", "builder": {}, "gpu": "cpu", "method": {}, "repeats": 1}
+    return json.dumps({"schema": schema, "matrix": matrix, "id": cell_id, "index": 0, "label": "tiny-mlp fp32", "definition": definition,
+                       "status": "done", "reason": None, "latency": {"p50_ms": p50, "p90_ms": p50, "p99_ms": p50, "throughput_per_s": 1.0, "cv": 0.0},
+                       "repeats": [], "valid": True})
+
+
+def _jobs_files(root: Path) -> None:
+    """Matrices and results folders for the jobs cases."""
+    files = {
+        "matrix.toml": JOBS_MATRIX,
+        "unknown-profile.toml": JOBS_MATRIX.replace("tiny.toml", "no-such-profile"),
+        "unknown-precision.toml": JOBS_MATRIX.replace('["fp32"]', '["fp32", "fp9"]'),
+        "unknown-backend.toml": JOBS_MATRIX.replace('["ort-cpu"]', '["ort-rocm"]'),
+        "unknown-gpu.toml": JOBS_MATRIX + JOBS_CLUSTER.replace("NVIDIA-L4", "GeForce-256"),
+        "bad-shape.toml": JOBS_MATRIX + "shapes = [{ batch = 99 }]\n",
+        "bad-dim.toml": JOBS_MATRIX + "shapes = [{ seq = 4 }]\n",
+        "other/matrix.json": '{"matrix": "someone-else", "schema": 1}',
+        "other/cells/aaaaaaaaaaaa.json": _jobs_cell("aaaaaaaaaaaa", matrix="someone-else"),
+        "newer/cells/bbbbbbbbbbbb.json": _jobs_cell("bbbbbbbbbbbb", schema=99),
+        "corrupt/cells/cccccccccccc.json": _jobs_cell("cccccccccccc")[:40],
+        "res-a/cells/dddddddddddd.json": _jobs_cell("dddddddddddd"),
+        "res-b/cells/eeeeeeeeeeee.json": _jobs_cell("eeeeeeeeeeee"),
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+CASES.update({
+    "jobs: a matrix naming an unknown profile": Case(("jobs", "plan", "unknown-profile.toml"), "models[0]: profile 'no-such-profile' not found"),
+    "jobs: a matrix naming an unknown precision": Case(("jobs", "plan", "unknown-precision.toml"), "precisions[1]: 'fp9' is not known"),
+    "jobs: a matrix naming an unknown backend": Case(("jobs", "run", "unknown-backend.toml", "--out", "o"), "backends[0]: 'ort-rocm' is not known"),
+    "jobs: a matrix naming an unknown GPU type": Case(("jobs", "k8s", "unknown-gpu.toml", "-o", "o.yaml"), "unknown GPU type 'GeForce-256'"),
+    "jobs: a shape outside the profile's range": Case(("jobs", "plan", "bad-shape.toml"), "batch = 99 is outside profile tiny-mlp's range 1..16"),
+    "jobs: a shape naming a dim the profile lacks": Case(("jobs", "plan", "bad-dim.toml"), "has no dim 'seq'"),
+    "jobs: a missing matrix": Case(("jobs", "plan", "nope.toml"), "matrix nope.toml does not exist"),
+    "jobs: k8s without [cluster]": Case(("jobs", "k8s", "matrix.toml", "-o", "o.yaml"), "has no [cluster] section"),
+    "jobs: an index out of range": Case(("jobs", "cell", "matrix.toml", "--index", "5", "--out", "o"), "--index 5 is out of range: the matrix's 1 cells are numbered 0..0"),
+    "jobs: a pod index with a GPU type not in the matrix": Case(("jobs", "cell", "matrix.toml", "--index", "0", "--gpu", "NVIDIA-L4", "--out", "o"), "the matrix has no cells for it"),
+    "jobs: a results folder holding another matrix's cells": Case(("jobs", "run", "matrix.toml", "--out", "other"), "holds the cells of matrix 'someone-else', not 'm'"),
+    "jobs: a results folder with a newer cell schema": Case(("jobs", "gather", "newer"), "cell schema 99 is newer than this trt-pipeline reads (1)"),
+    "jobs: a corrupt cell file": Case(("jobs", "gather", "corrupt", "-o", "report.html"), "corrupt cell file"),
+    "jobs: a folder that holds no results": Case(("jobs", "gather", "ext"), "holds no cells/ folder"),
+    "jobs: a baseline with no common cells": Case(("jobs", "gather", "res-a", "--baseline", "res-b", "-o", "r.md"), "no cell done there is done in res-a"),
+    "jobs: a bad --max-slowdown": Case(("jobs", "gather", "res-a", "--baseline", "res-a", "--max-slowdown", "five"), "--max-slowdown 'five': give a percentage"),
+    "jobs: a results store under a file": Case(("jobs", "cell", "matrix.toml", "--index", "0", "--out", "afile/results"), "afile"),
+    "jobs: a read-only results store": Case(("jobs", "run", "matrix.toml", "--out", "mnt/results"), "mnt/results", mount="readonly"),
+})
 
 
 def _digests(folder: Path) -> dict[str, str]:

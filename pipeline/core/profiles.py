@@ -229,7 +229,8 @@ class Profile(_Section):
 
 
 def available_profiles() -> list[str]:
-    return sorted({p.stem for d in _search_dirs() for p in d.glob("*.toml")})
+    """Profile names in the search folders; `matrix-*.toml` there are benchmark matrices (`jobs`), not profiles."""
+    return sorted({p.stem for d in _search_dirs() for p in d.glob("*.toml") if not p.stem.startswith("matrix-")})
 
 
 def describe_profiles() -> list[dict[str, str]]:

@@ -1,0 +1,212 @@
+"""One cell: build its model with `python -m pipeline build` (its own process, into an artifacts
+folder shared by the cells of one build, under the build's own lock), time it with trt/bench.py,
+read the engine's report, and write `RESULTS/cells/<id>.json` atomically.
+
+Cell JSON, schema CELL_SCHEMA (docs/jobs.md lists every field): schema, matrix, id, index, label,
+definition, status (done | failed | skipped), reason, docker (the command that runs a skipped cell),
+started, seconds, provenance {host, gpu_before, gpu_after}, method, latency {p50_ms, p90_ms, p99_ms,
+mean_ms, throughput_per_s, cv}, repeats [...], valid, validity [...], engine, build {folder, log, seconds}.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
+from pipeline.core.fileio import write_json
+from pipeline.jobs import provenance
+from pipeline.jobs.plan import Cell
+from pipeline.jobs.spec import Matrix
+from pipeline.jobs.store import CELL_SCHEMA, cell_path, claim_store
+
+_MODEL_FILES = {"fp32": "model.opt.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
+_UNTIL = {"fp32": "optimize", "fp16": "fp16", "int8": "int8"}
+
+
+def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
+    """Run `cell` and write its record; a failure inside is recorded (status failed) and returned."""
+    claim_store(out, matrix.name)
+    started = time.monotonic()
+    record: dict[str, Any] = {
+        "schema": CELL_SCHEMA, "matrix": matrix.name, "id": cell.id, "index": cell.index, "label": cell.label,
+        "definition": cell.definition(), "status": "done", "reason": None, "docker": None,
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "provenance": {**provenance.host(), "gpu_before": provenance.gpu_state(), "gpu_after": None},
+        "method": None, "latency": None, "repeats": [], "valid": None, "validity": [], "engine": None, "build": None,
+    }
+    missing = _missing_capability(cell, record["provenance"]["gpu_before"])
+    if missing:
+        record.update(status="skipped", reason=missing, docker=_docker(matrix, cell, out))
+    else:
+        try:
+            _build_and_time(cell, out, record)
+        except CapabilityMissing as err:  # e.g. a GPU but an onnxruntime without its CUDA provider
+            record.update(status="skipped", reason=str(err), docker=_docker(matrix, cell, out))
+        except PipelineError as err:
+            record.update(status="failed", reason=str(err).splitlines()[0] if str(err) else type(err).__name__)
+    record["seconds"] = round(time.monotonic() - started, 3)
+    write_json(cell_path(out, cell.id), record)
+    return record
+
+
+def failed_record(matrix: Matrix, cell: Cell, reason: str, seconds: float) -> dict[str, Any]:
+    """What the runner records for a cell whose process died before writing its own file."""
+    return {"schema": CELL_SCHEMA, "matrix": matrix.name, "id": cell.id, "index": cell.index, "label": cell.label,
+            "definition": cell.definition(), "status": "failed", "reason": reason, "docker": None,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(seconds, 3),
+            "provenance": None, "method": None, "latency": None, "repeats": [], "valid": None, "validity": [],
+            "engine": None, "build": None}
+
+
+def _missing_capability(cell: Cell, gpu: dict[str, Any]) -> str | None:
+    if cell.backend == "ort-cpu":
+        return None
+    if cell.backend == "trt":
+        from trt.capability import tensorrt_missing
+
+        missing = tensorrt_missing()
+        if missing:
+            return f"{cell.backend} needs TensorRT and a GPU: {missing}"
+    elif gpu.get("gpu_absent"):
+        return f"ort-cuda needs a GPU: {gpu['gpu_absent']}"
+    if gpu.get("gpu_absent") is None and cell.gpu not in ("local", "cpu") and cell.gpu != gpu["name"].replace(" ", "-"):
+        return f"this cell is for GPU type {cell.gpu}; this machine has {gpu['name']}"
+    return None
+
+
+def _docker(matrix: Matrix, cell: Cell, out: Path) -> str:
+    from trt.capability import docker_command
+
+    return docker_command(["jobs", "cell", Path(matrix.source), "--index", str(cell.index), "--out", Path(out)])
+
+
+def _build_and_time(cell: Cell, out: Path, record: dict[str, Any]) -> None:
+    folder = out / "artifacts" / cell.build_key()
+    log = out / "logs" / f"{cell.id}.build.log"
+    built = time.monotonic()
+    _build(cell, folder, log)
+    record["build"] = {"folder": str(folder), "log": str(log), "seconds": round(time.monotonic() - built, 3)}
+    model = folder / (f"{cell.precision}.engine" if cell.backend == "trt" else _MODEL_FILES[cell.precision])
+    if not model.is_file():
+        raise PipelineError(f"the build wrote no {model.name} (see {log})")
+    _time(cell, model, record)
+    record["provenance"]["gpu_after"] = provenance.gpu_state()
+    after = record["provenance"]["gpu_after"]
+    if after.get("throttle_reasons"):
+        record["validity"].append(f"GPU throttled: {', '.join(after['throttle_reasons'])}")
+        record["valid"] = False
+    if cell.backend == "trt":
+        record["engine"] = _engine(folder, cell.precision, model)
+
+
+def _build(cell: Cell, folder: Path, log: Path) -> None:
+    command = [sys.executable, "-m", "pipeline", "build", "--profile", _profile_for_build(cell, folder), "--out", str(folder), "--wait"]
+    if cell.onnx:
+        command += ["--onnx", cell.onnx]
+    if cell.precision != "fp32":
+        command.append(f"--{cell.precision}")
+    if cell.backend != "trt":
+        command += ["--until", _UNTIL[cell.precision]]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as stream:
+        done = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "160"})
+    if done.returncode != 0:
+        lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.startswith("error:")]
+        raise PipelineError(f"build failed: {lines[-1].removeprefix('error: ') if lines else f'exit {done.returncode}'} (log: {log})")
+
+
+def _profile_for_build(cell: Cell, folder: Path) -> str:
+    """The profile, or for a builder setting other than its own, a copy with [build] changed (in the artifacts folder)."""
+    if not cell.builder:
+        return cell.profile
+    import tomli_w
+
+    from pipeline.core.profiles import load_profile
+
+    profile = load_profile(cell.profile)
+    data = profile.model_dump(mode="json", exclude_none=True)
+    data["build"].update(cell.builder)
+    if profile.model.onnx is not None:
+        data["model"]["onnx"] = str(profile.onnx_path())
+    if profile.model.hf is not None and (profile.folder / profile.model.hf).exists():
+        data["model"]["hf"] = str((profile.folder / profile.model.hf).resolve())
+    folder.mkdir(parents=True, exist_ok=True)
+    derived = folder / "profile.toml"
+    from pipeline.core.fileio import write_text
+
+    write_text(derived, tomli_w.dumps(data))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(profile.folder), os.environ.get("PYTHONPATH")]))
+    return str(derived)
+
+
+def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
+    """Calibration runs (discarded) find a count of at least min_iterations lasting min_duration_ms; each
+    repeat (its own session or engine context, from trt/bench.py) then discards warmup_ms worth of runs
+    and times that count. A repeat that still came out shorter makes the cell INVALID."""
+    from pipeline.core.profiles import load_profile
+    from pipeline.core.samples import make_inputs
+    from trt.bench import bench
+
+    method = cell.method
+    feeds = make_inputs(load_profile(cell.profile), seed=method["seed"], dims=cell.shape)
+    models = {cell.precision: model}
+    iterations, calibration_runs = method["min_iterations"], 0
+    for _ in range(6):  # calibrate: grow the count until one run of it lasts min_duration_ms
+        mean = bench(models, cell.backend, feeds, warmup=1, iterations=iterations)["models"][cell.precision]["mean_ms"]
+        calibration_runs += 1 + iterations
+        if iterations * mean >= method["min_duration_ms"]:
+            break
+        iterations = math.ceil(iterations * min(100.0, 1.2 * method["min_duration_ms"] / max(iterations * mean, 1e-6)))
+    warmup = math.ceil(method["warmup_ms"] / max(mean, 1e-6))
+    for _ in range(cell.repeats):
+        result = bench(models, cell.backend, feeds, warmup=warmup, iterations=iterations)
+        row = result["models"][cell.precision]
+        row.pop("model")
+        row["timed_ms"] = round(row["iterations"] * row["mean_ms"], 3)
+        record["repeats"].append(row)
+    means = [r["mean_ms"] for r in record["repeats"]]
+    center = sorted(record["repeats"], key=lambda r: r["p50_ms"])[len(means) // 2]
+    mean = sum(means) / len(means)
+    cv = (sum((m - mean) ** 2 for m in means) / len(means)) ** 0.5 / mean if mean else 0.0
+    record["method"] = {**method, "calibration_runs": calibration_runs, "warmup_runs_per_repeat": warmup, "iterations_per_repeat": iterations,
+                        "timing": result["timing"], "batch": result["batch"], "input_shapes": result["input_shapes"]}
+    record["latency"] = {key: center[key] for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput_per_s")} | {"cv": round(cv, 4)}
+    short = [r for r in record["repeats"] if r["iterations"] < method["min_iterations"] or r["timed_ms"] < method["min_duration_ms"]]
+    if short:
+        record["validity"].append(f"{len(short)} repeat(s) under the minimum duration or iteration count")
+    record["valid"] = not short
+
+
+def _engine(folder: Path, precision: str, engine: Path) -> dict[str, Any]:
+    """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py),
+    and the build's own accuracy figures for it."""
+    import json
+    from collections import Counter
+
+    from pipeline.core.fileio import sha256_file
+    from trt.report import report_from_files
+
+    layers = folder / f"{precision}.layers.json"
+    onnx = folder / _MODEL_FILES[precision]
+    report = report_from_files(layers, onnx=onnx if onnx.is_file() else None)
+    accuracy = None
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        stage = next((s for s in manifest["stages"] if s["name"] == "build"), {})
+        accuracy = stage.get("metrics", {}).get(precision, {}).get("accuracy")
+    except (OSError, ValueError, KeyError) as err:
+        raise InputError(f"{folder / 'manifest.json'}: unreadable ({err})") from err
+    report_html = folder / f"{precision}.report.html"
+    return {
+        "sha256": sha256_file(engine), "path": str(engine),
+        "layers": report["summary"]["layers"], "myelin_graphs": report["summary"]["myelin_graphs"],
+        "precision_mix": dict(Counter(layer["precision"] or "unknown" for layer in report["layers"])),
+        "verdict": report["verdict"], "report": str(report_html) if report_html.is_file() else None, "accuracy": accuracy,
+    }

@@ -1,0 +1,185 @@
+"""`jobs gather`: the cells of one or more results folders in one report (html, json or md): a table
+of latency with each engine's Myelin region count and verdict beside it, plots of latency per model x
+precision x shape per GPU type (error bars p50..p90 and the spread across repeats) and of the INT8/FP16
+speedups, the cells that failed or were skipped with their reason; and the baseline gate."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import InputError
+from pipeline.jobs.store import CELL_SCHEMA, read_cells
+
+PLOTTED_GROUPS = 40  # bars per plot; the table holds every cell
+
+
+def gather(folders: list[Path]) -> dict[str, Any]:
+    records: dict[str, dict[str, Any]] = {}
+    for folder in folders:
+        for record in read_cells(folder):
+            records[record["id"]] = {**record, "folder": str(folder)}
+    rows = [_row(r) for r in sorted(records.values(), key=lambda r: (r["definition"]["gpu"], r["index"]))]
+    done = [r for r in rows if r["status"] == "done"]
+    return {
+        "schema": CELL_SCHEMA, "folders": [str(f) for f in folders],
+        "counts": {status: sum(r["status"] == status for r in rows) for status in ("done", "failed", "skipped")},
+        "gpus": sorted({r["gpu_name"] for r in done}),
+        "cells": rows, "speedups": _speedups(done),
+        "not_run": [{"id": r["id"], "label": r["label"], "status": r["status"], "reason": r["reason"], "docker": r["docker"]}
+                    for r in rows if r["status"] != "done"],
+    }
+
+
+def _row(record: dict[str, Any]) -> dict[str, Any]:
+    d = record["definition"]
+    latency = record.get("latency") or {}
+    engine = record.get("engine") or {}
+    gpu = ((record.get("provenance") or {}).get("gpu_before") or {})
+    repeats = record.get("repeats") or []
+    return {
+        "id": record["id"], "label": record["label"], "status": record["status"], "reason": record.get("reason"),
+        "docker": record.get("docker"), "model": d["model"], "precision": d["precision"], "backend": d["backend"],
+        "shape": ",".join(f"{k}={v}" for k, v in d["shape"].items()) or "static",
+        "builder": " ".join(f"{k}={v}" for k, v in d["builder"].items()), "gpu": d["gpu"],
+        "gpu_name": gpu.get("name") or ("CPU" if d["backend"] == "ort-cpu" else d["gpu"]),
+        "p50_ms": latency.get("p50_ms"), "p90_ms": latency.get("p90_ms"), "p99_ms": latency.get("p99_ms"),
+        "throughput_per_s": latency.get("throughput_per_s"), "cv": latency.get("cv"),
+        "p50_min_ms": min((r["p50_ms"] for r in repeats), default=None), "p50_max_ms": max((r["p50_ms"] for r in repeats), default=None),
+        "valid": record.get("valid"), "validity": record.get("validity") or [],
+        "regions": engine.get("myelin_graphs"), "layers": engine.get("layers"), "verdict": engine.get("verdict"),
+        "engine_report": engine.get("report"),
+        "engine_note": None if engine else ("no engine: onnxruntime runs the ONNX model" if d["backend"] != "trt" else None),
+    }
+
+
+def _speedups(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """FP16 and INT8 over FP32, and INT8 over FP16, for each model x shape x backend x builder x GPU."""
+    by_key: dict[tuple, dict[str, float]] = {}
+    for row in done:
+        key = (row["model"], row["shape"], row["backend"], row["builder"], row["gpu_name"])
+        by_key.setdefault(key, {})[row["precision"]] = row["p50_ms"]
+    out = []
+    for (model, shape, backend, builder, gpu), p50 in by_key.items():
+        for faster, base in (("fp16", "fp32"), ("int8", "fp32"), ("int8", "fp16")):
+            if faster in p50 and base in p50 and p50[faster]:
+                out.append({"model": model, "shape": shape, "backend": backend, "builder": builder, "gpu": gpu,
+                            "ratio": f"{faster}/{base}", "speedup": round(p50[base] / p50[faster], 3)})
+    return out
+
+
+def compare(current: dict[str, Any], baseline: dict[str, Any], max_slowdown: float) -> list[dict[str, Any]]:
+    """Cells done in both whose p50 grew by more than `max_slowdown` (0.05 = 5%); raises when none are common."""
+    old = {r["id"]: r for r in baseline["cells"] if r["status"] == "done"}
+    common = [r for r in current["cells"] if r["status"] == "done" and r["id"] in old]
+    if not common:
+        raise InputError(f"--baseline {', '.join(baseline['folders'])}: no cell done there is done in {', '.join(current['folders'])} "
+                         "(cell ids come from each cell's definition: compare runs of the same matrix)")
+    slow = []
+    for row in common:
+        change = row["p50_ms"] / old[row["id"]]["p50_ms"] - 1
+        row["baseline_p50_ms"], row["change"] = old[row["id"]]["p50_ms"], round(change, 4)
+        if change > max_slowdown:
+            slow.append(row)
+    return slow
+
+
+def parse_slowdown(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise InputError(f"--max-slowdown {text!r}: give a percentage like 5% (or a fraction like 0.05)") from None
+    if not 0 <= value < 10:
+        raise InputError(f"--max-slowdown {text!r}: give a percentage from 0% up, like 5%")
+    return value
+
+
+def plots(result: dict[str, Any]) -> dict[str, str]:
+    """PNG plots as base64: latency per model x precision x shape for each GPU type, and speedups."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in result["cells"] if r["status"] == "done"]
+    images = {}
+    if done:
+        gpus = sorted({r["gpu_name"] for r in done})
+        figure, axes = plt.subplots(len(gpus), 1, figsize=(9, 2.8 * len(gpus) + 0.6), dpi=100, squeeze=False)
+        colors = {"fp32": "#4f81bd", "fp16": "#76b900", "int8": "#e69138"}
+        for axis, gpu in zip(axes[:, 0], gpus):
+            rows = [r for r in done if r["gpu_name"] == gpu]
+            groups = list(dict.fromkeys(f"{r['model']}\n{r['shape']} {r['backend']}{(' ' + r['builder']) if r['builder'] else ''}" for r in rows))[:PLOTTED_GROUPS]
+            precisions = [p for p in ("fp32", "fp16", "int8") if any(r["precision"] == p for r in rows)]
+            width = 0.8 / max(1, len(precisions))
+            for n, precision in enumerate(precisions):
+                xs, ys, low, high = [], [], [], []
+                for r in rows:
+                    group = f"{r['model']}\n{r['shape']} {r['backend']}{(' ' + r['builder']) if r['builder'] else ''}"
+                    if r["precision"] == precision and group in groups:
+                        xs.append(groups.index(group) + (n - (len(precisions) - 1) / 2) * width)
+                        ys.append(r["p50_ms"])
+                        low.append(max(0.0, r["p50_ms"] - (r["p50_min_ms"] or r["p50_ms"])))
+                        high.append(max(0.0, r["p90_ms"] - r["p50_ms"]))
+                axis.bar(xs, ys, width, yerr=[low, high], capsize=3, color=colors[precision], label=precision)
+            axis.set_xticks(range(len(groups)), groups, fontsize=7)
+            latencies = [r["p50_ms"] for r in rows]
+            log = max(latencies) > 20 * min(latencies)
+            if log:  # tiny and large models side by side
+                axis.set_yscale("log")
+            axis.set_ylabel("p50 latency (ms" + (", log scale)" if log else ")"))
+            axis.set_title(f"{gpu}: p50, whiskers from the fastest repeat's p50 to p90", fontsize=9)
+            axis.legend(fontsize=8)
+        figure.tight_layout()
+        images["latency"] = _png(figure, plt)
+    if result["speedups"]:
+        rows = result["speedups"][:PLOTTED_GROUPS]
+        figure, axis = plt.subplots(figsize=(9, 0.28 * len(rows) + 1.2), dpi=100)
+        labels = [f"{r['model']} {r['shape']} {r['backend']} {r['gpu']}: {r['ratio']}" for r in rows]
+        axis.barh(labels, [r["speedup"] for r in rows], color=["#76b900" if r["speedup"] >= 1 else "#cc3333" for r in rows])
+        axis.axvline(1.0, color="#333", linewidth=1)
+        axis.invert_yaxis()
+        axis.tick_params(axis="y", labelsize=7)
+        axis.set_xlabel("speedup (p50 of the slower precision / p50 of the faster one; > 1 is faster)")
+        figure.tight_layout()
+        images["speedup"] = _png(figure, plt)
+    return images
+
+
+def _png(figure, plt) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def render_html(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) -> str:
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
+    return env.get_template("gather.html.j2").render(r=result, images=plots(result), slow=slow)
+
+
+def render_md(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) -> str:
+    def cell(value: Any) -> str:
+        text = "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    c = result["counts"]
+    lines = [f"# Benchmark jobs: {c['done']} done, {c['failed']} failed, {c['skipped']} skipped", "",
+             "| cell | model | precision | shape | backend | GPU | p50 ms | p90 ms | cv | valid | regions | verdict |",
+             "|---|---|---|---|---|---|---:|---:|---:|---|---:|---|"]
+    for r in result["cells"]:
+        if r["status"] == "done":
+            lines.append("| " + " | ".join(cell(v) for v in (r["id"], r["model"], r["precision"], r["shape"], r["backend"], r["gpu_name"],
+                                                          r["p50_ms"], r["p90_ms"], r["cv"], r["valid"], r["regions"], r["verdict"] or r["engine_note"])) + " |")
+    if result["speedups"]:
+        lines += ["", "| model | shape | backend | GPU | ratio | speedup |", "|---|---|---|---|---|---:|"]
+        lines += ["| " + " | ".join(cell(s[k]) for k in ("model", "shape", "backend", "gpu", "ratio", "speedup")) + " |" for s in result["speedups"]]
+    if result["not_run"]:
+        lines += ["", "## Not run", ""] + [f"- `{r['id']}` {cell(r['label'])}: {r['status']}, {cell(r['reason'])}" for r in result["not_run"]]
+    if slow:
+        lines += ["", "## Slower than the baseline allows", ""] + [f"- `{r['id']}` {cell(r['label'])}: {r['change']:+.1%}" for r in slow]
+    return "\n".join(lines) + "\n"
