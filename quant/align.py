@@ -7,7 +7,7 @@ long traces align in near-linear time, as `patience diff` aligns text:
 1. anchors: steps whose key is unique in both ranges are paired, keeping the longest run of such
    pairs in order in both (longest increasing subsequence); keys, tried in turn: the tensor name
    (when the two models share names: precisions of one graph), the value fingerprint, then
-   (dtype family, squeezed shape, op); each gap between anchors is aligned the same way;
+   (squeezed shape, op) of float results; each gap between anchors is aligned the same way;
 2. what no key pairs is aligned by an edit distance over the gap alone: pairing two steps costs
    0 for equal fingerprints, more the further their statistics are, more than deleting both when
    their dtype family or squeezed shape differ; a step of one side only costs 1.
@@ -76,7 +76,7 @@ def _anchors(a: list[Hashable], b: list[Hashable]) -> list[tuple[int, int]]:
 
 def align(a: list[Step], b: list[Step], by_name: bool) -> list[tuple[int | None, int | None]]:
     """The alignment of two traces: pairs (i, j), (i, None) for a step only in A, (None, j) only in B."""
-    levels: list[Callable[[Step], Hashable]] = [lambda s: s.key, lambda s: (_family(s), _squeezed(s), s.op_type)]
+    levels: list[Callable[[Step], Hashable]] = [lambda s: s.key, lambda s: (_squeezed(s), s.op_type) if s.is_float else None]
     if by_name:
         levels.insert(0, lambda s: s.name)
     keys = [([level(s) for s in a], [level(s) for s in b]) for level in levels]
@@ -122,7 +122,7 @@ def pair_costs(a: list[Step], b: list[Step]) -> np.ndarray:
     shape_b, key_b, op_b, kind_b, _, stats_b = _features(b)
     scale = np.abs(stats_a).sum(axis=1)[:, None] + np.abs(stats_b).sum(axis=1)[None, :] + 1e-12
     distance = np.abs(stats_a[:, None, :] - stats_b[None, :, :]).sum(axis=2) / scale
-    cost = np.where(float_a[:, None], 0.3 + 0.6 * np.minimum(1.0, 4 * distance), 1.5)
+    cost = np.where(float_a[:, None], 0.3 + 0.6 * np.minimum(1.0, 4 * distance), UNPAIRABLE)  # integers pair only when equal
     cost = np.where(key_a[:, None] == key_b[None, :], 0.0, cost)
     cost += 0.1 * (op_a[:, None] != op_b[None, :]) + 0.3 * (kind_a[:, None] != kind_b[None, :])
     return np.where(shape_a[:, None] == shape_b[None, :], cost, UNPAIRABLE)

@@ -62,7 +62,13 @@ def lint_qdq(
         "Examples:\n\n"
         "  python -m pipeline compare model.opt.onnx model.int8.onnx --profile bert-tiny\n\n"
         "  python -m pipeline compare a.onnx b.onnx --inputs feeds.npz --format json -o divergence.json\n\n"
-        "  python -m pipeline compare --torch model.onnx --profile bert-tiny --dump modules/"
+        "  python -m pipeline compare --torch model.onnx --profile bert-tiny --dump modules/\n\n"
+        "When the two models do not share tensor names (two exporters, an optimizer's rewrite, two opsets) or with "
+        "--align, both run once with every result kept and the two executions are aligned: one row per pair, "
+        "`=` equal, `~` same role with different values, `-` only in A, `+` only in B, the first line naming the "
+        "first row where values part (docs/compare.md).\n\n"
+        "  python -m pipeline compare dynamo.onnx torchscript.onnx --profile hf-llama-tiny\n\n"
+        "  python -m pipeline compare model.opt.onnx model.fp16.onnx --profile bert-tiny --align --format html -o compare.html"
     )
 )
 def compare(
@@ -74,15 +80,22 @@ def compare(
     samples: Annotated[int, typer.Option(min=1, max=256, help="Synthetic samples (with --profile).")] = 4,
     top: Annotated[int, typer.Option(min=1, help="Nodes to list.")] = 15,
     dump: Annotated[Optional[Path], typer.Option(help="With --torch: write each module's inputs and outputs to DIR/<module>.npz.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    align: Annotated[bool, typer.Option("--align", help="Align the two executions even when the models share tensor names.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Aligned: print every row [default: the rows where the graphs part, with one around each].")] = False,
+    nodes: Annotated[Optional[str], typer.Option(help="Aligned: keep only the results of nodes whose name, op or module matches this regex.")] = None,
+    max_trace_mb: Annotated[Optional[float], typer.Option(min=1, help="Aligned: refuse to run when keeping every result needs more memory than this [default: 4096].")] = None,
+    tolerance: Annotated[Optional[float], typer.Option(min=0, help="Aligned: max |B-A| / max |A| under which a pair is equal [default: by precision, fp32 1e-4, fp16 2e-2, int8 0.1].")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json (html: aligned only).")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
     import json
 
     from pipeline.core.fileio import check_outputs
 
-    if fmt not in ("text", "json"):
-        raise PipelineError(f"--format {fmt!r}: use text or json")
+    if fmt not in ("text", "json", "html"):
+        raise PipelineError(f"--format {fmt!r}: use text, json or html")
+    if torch_model and fmt == "html":
+        raise PipelineError("--format html shows two aligned executions: use text or json with --torch")
     if torch_model:
         if candidate is not None:
             raise PipelineError(f"compare --torch takes one ONNX file (the torch model comes from --profile); drop {candidate}")
@@ -100,6 +113,19 @@ def compare(
     if (inputs is None) == (profile is None):
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
     check_outputs([output], [reference, candidate, inputs])
+    if align or show_all or nodes or fmt == "html" or not _same_graph(reference, candidate):
+        from quant.compare import alignment_json, alignment_text
+
+        aligned = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
+        if fmt == "json":
+            emit(alignment_json(aligned), output, is_json=True)
+        elif fmt == "html":
+            from quant.compare_html import alignment_html
+
+            emit(alignment_html(aligned), output)
+        else:
+            emit(alignment_text(aligned, show_all), output)
+        return
     result = _compare_onnx(reference, candidate, inputs, profile, samples)
     if fmt == "json":
         emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
@@ -131,6 +157,42 @@ def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], prof
         feeds = split(synthetic(loaded, samples, seed=30_000), loaded.shape(loaded.inputs[0])[0])
     with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every tensor exposed"):
         return compare_models(reference, candidate, feeds, Path(workdir))
+
+
+def _same_graph(reference: Path, candidate: Path) -> bool:
+    """Whether the models share most tensor names (two precisions of one graph: compared name by name)."""
+    from quant.compare import MIN_JOINED, shared_names
+
+    shared, total = shared_names(reference, candidate)
+    return shared >= MIN_JOINED * total
+
+
+def _one_sample(reference: Path, inputs: Optional[Path], profile: Optional[str]) -> dict:
+    from quant.calibration import load_npz, model_inputs, split, synthetic
+
+    if inputs is not None:
+        return split(load_npz(inputs, model_inputs(reference)), 1)[0]
+    from pipeline.core.profiles import load_profile
+
+    loaded = load_profile(profile)
+    return split(synthetic(loaded, 1, seed=30_000), loaded.shape(loaded.inputs[0])[0])[0]
+
+
+def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
+                max_trace_mb: Optional[float], tolerance: Optional[float]) -> dict:
+    import re
+    import tempfile
+
+    from quant.compare import align_models
+
+    if nodes is not None:
+        try:
+            re.compile(nodes)
+        except re.error as err:
+            raise PipelineError(f"--nodes {nodes!r}: not a regular expression ({err}); e.g. --nodes 'layers\\.0\\.'") from err
+    feeds = _one_sample(reference, inputs, profile)
+    with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every result kept, then aligning them"):
+        return align_models(reference, candidate, feeds, Path(workdir), nodes, max_trace_mb, tolerance)
 
 
 def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> dict:
