@@ -223,7 +223,6 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
     from pipeline.core.profiles import load_profile
     from pipeline.divergence import compare_to_torch
     from pipeline.export import build_module, export_model
-    from quant.compare import align_models
 
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
