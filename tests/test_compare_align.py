@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import run_cli
+from conftest import TINY_MLP_PROFILE, run_cli, write_profile
 from onnx import numpy_helper
 
 from pipeline.core.profiles import load_profile
@@ -20,6 +20,7 @@ from pipeline.core.samples import make_inputs
 from pipeline.core.scopes import module_name, node_scope
 from pipeline.export import export_model
 from quant.compare import align_models
+from quant.compare_html import alignment_html
 
 CORPUS = ("hf-llama-tiny", "hf-gpt2-tiny", "hf-bert-tiny")
 
@@ -114,6 +115,13 @@ def test_a_perturbed_initializer_is_the_first_divergence_on_an_exporter_pair(exp
     later = [r for r in float_pairs(result)[-3:]]
     assert any(r["mark"] == "~" for r in later), "the divergence reaches the outputs"
 
+    # html: one table row per aligned row, the verdict links to the highlighted first divergence, equal runs folded
+    page = alignment_html(result)
+    assert f'<a href="#row{first["row"]}">first divergence at row {first["row"]}' in page
+    assert f'<tr id="row{first["row"]}" class="first">' in page and page.count('class="first"') == 2  # among the rows around it, and in place
+    assert page.count("<tr id=\"row") == len(result["rows"]) and "Around the first divergence" in page
+    assert "<tbody hidden>" in page and "equal rows (" in page
+
 
 def test_a_perturbed_initializer_is_the_first_divergence_on_an_fp32_fp16_pair(exports, tmp_path):
     from quant.fp16 import convert_fp16
@@ -150,3 +158,17 @@ def test_nodes_keeps_a_subset(exports):
     kept = [side for r in result["rows"] for side in (r["a"], r["b"]) if side and side["kind"] != "input"]
     assert kept and all(".layer.0." in "." + side["module"] + "." or "layer.0" in side["node"] for side in kept)
     assert result["first_divergence"] is None and float_pairs(result)
+
+
+def test_exporters_compares_both_exports_with_torch_and_each_other(tmp_path):
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("compare", "--exporters", "--profile", str(profile), "-f", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert set(data["torch"]) == {"dynamo", "torchscript"}
+    for side in data["torch"].values():
+        assert side["mapped"] > 0 and side["first_diverging"] is None and side["outputs_max_abs_diff"] <= side["tolerance"]
+    errors = {e: side["outputs_max_abs_diff"] for e, side in data["torch"].items()}
+    assert data["closer_to_torch"] == (None if errors["dynamo"] == errors["torchscript"] else min(errors, key=errors.get))
+    aligned = data["alignment"]
+    assert aligned["a"] == "dynamo export" and aligned["first_divergence"] is None and aligned["counts"]["equal"] > 0
