@@ -2,7 +2,8 @@
 
 The model runs once on onnxruntime (CPU, every graph optimization off, so each node of the file
 runs as written) with every node result exposed as a graph output. The trace lists the inputs,
-each initializer just before the first node that reads it, and each node result, with its dtype,
+then the node results in the order the outputs demand them (`demand_order`), each initializer
+just before the first node that reads it, each with its dtype,
 shape, a fingerprint of its values (`Step.key`: summary statistics rounded to 3 significant digits,
 equal for results equal within float noise), the op and node that made it and the torch module
 the node came from (pipeline/core/scopes.py). quant/align.py aligns two traces.
@@ -189,7 +190,8 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
     initializers = {t.name: t for t in model.graph.initializer}
     steps = [Step("input", name, "", "", "", np.asarray(feeds[name])) for name in wanted]
     seen: set[str] = set()
-    for node, module, keep in zip(model.graph.node, modules, kept):
+    for position in demand_order(model.graph):
+        node, module, keep = model.graph.node[position], modules[position], kept[position]
         if not keep:
             continue
         for tensor in node.input:
@@ -202,6 +204,31 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
     for step in steps:
         step.key, step.stats = fingerprint(step.value)
     return Trace(path, steps, not_exposed, sum(s.value.nbytes for s in steps))
+
+
+def demand_order(graph) -> list[int]:
+    """Node positions in the order a run driven by the outputs computes them: depth first from each
+    graph output, each node's inputs in their order, a node after what it reads (nodes no output needs
+    last, in file order). Two graphs that list independent branches in different orders (an optimizer
+    hoisting shape computations) get the same order."""
+    producer = {t: k for k, n in enumerate(graph.node) for t in n.output if t}
+    order: list[int] = []
+    done: set[int] = set()
+    for start in [producer[o.name] for o in graph.output if o.name in producer] + list(range(len(graph.node))):
+        stack = [(start, 0)]
+        while stack:
+            node, next_input = stack.pop()
+            if node in done:
+                continue
+            inputs = graph.node[node].input
+            while next_input < len(inputs) and (inputs[next_input] not in producer or producer[inputs[next_input]] in done):
+                next_input += 1
+            if next_input < len(inputs):
+                stack += [(node, next_input + 1), (producer[inputs[next_input]], 0)]
+            else:
+                done.add(node)
+                order.append(node)
+    return order
 
 
 def _first_line(err: BaseException) -> str:
