@@ -172,3 +172,30 @@ def test_exporters_compares_both_exports_with_torch_and_each_other(tmp_path):
     assert data["closer_to_torch"] == (None if errors["dynamo"] == errors["torchscript"] else min(errors, key=errors.get))
     aligned = data["alignment"]
     assert aligned["a"] == "dynamo export" and aligned["first_divergence"] is None and aligned["counts"]["equal"] > 0
+
+
+@pytest.mark.parametrize("optimizer", ["onnxslim", "onnxscript"])
+def test_our_optimized_graph_aligns_with_another_optimizers(exports, tmp_path, optimizer):
+    """model.opt.onnx against onnxslim's or onnxscript's optimization of the same export: they keep some
+    names and list independent branches in another order; every paired result is equal."""
+    from pipeline.optimize import optimize_file
+
+    source = exports["hf-bert-tiny"][0]
+    optimize_file(source, tmp_path / "model.opt.onnx")
+    if optimizer == "onnxslim":
+        import onnxslim
+
+        other = onnxslim.slim(onnx.load(str(source)))
+    else:
+        from onnxscript import optimizer as onnxscript_optimizer
+
+        other = onnxscript_optimizer.optimize(onnx.load(str(source)))
+    onnx.save(other, str(tmp_path / "other.onnx"))
+    result = align(tmp_path / "model.opt.onnx", tmp_path / "other.onnx", "hf-bert-tiny")
+    assert result["first_divergence"] is None
+    pairs = float_pairs(result)
+    assert all(r["mark"] == "=" for r in pairs)
+    outputs = [o.name for o in onnx.load(str(tmp_path / "model.opt.onnx"), load_external_data=False).graph.output]
+    assert all(any(r["a"]["name"] == o and r["b"]["name"] == o for r in pairs) for o in outputs)
+    floats_b = [r for r in result["rows"] if r["b"] and r["b"]["dtype"].startswith("float") and r["b"]["kind"] == "result"]
+    assert sum(1 for r in floats_b if r["a"]) > 0.8 * len(floats_b), "most of B's float results find their counterpart in A"
