@@ -10,7 +10,8 @@ long traces align in near-linear time, as `patience diff` aligns text:
    (squeezed shape, op) of float results; each gap between anchors is aligned the same way;
 2. what no key pairs is aligned by an edit distance over the gap alone: pairing two steps costs
    0 for equal fingerprints, more the further their statistics are, more than deleting both when
-   their dtype family or squeezed shape differ; a step of one side only costs 1.
+   their dtype family or squeezed shape differ, their statistics are far apart (FAR), or they are
+   integers or scalars of other values; a step of one side only costs 1.
 
 Each pair is then judged on the values themselves: `=` equal within the tolerance (max |b - a|
 over max |a|), `~` different, and a step of one side only is `-` (only in A) or `+` (only in B).
@@ -29,6 +30,7 @@ from quant.trace import Step, saturated
 
 MAX_CELLS = 4_000_000  # largest gap the edit distance aligns (cells of its table); larger gaps stay unpaired
 UNPAIRABLE = 2.5  # more than deleting one step and inserting the other
+FAR = 0.5  # statistics further apart than this (sum of |differences| of mean, std, max |x| over their sum) never pair
 
 
 @dataclass(frozen=True)
@@ -119,10 +121,13 @@ def _features(steps: list[Step]) -> tuple[np.ndarray, ...]:
 def pair_costs(a: list[Step], b: list[Step]) -> np.ndarray:
     """cost[i, j] of pairing a[i] with b[j]."""
     shape_a, key_a, op_a, kind_a, float_a, stats_a = _features(a)
+    size_a = np.array([s.value.size for s in a])
     shape_b, key_b, op_b, kind_b, _, stats_b = _features(b)
     scale = np.abs(stats_a).sum(axis=1)[:, None] + np.abs(stats_b).sum(axis=1)[None, :] + 1e-12
     distance = np.abs(stats_a[:, None, :] - stats_b[None, :, :]).sum(axis=2) / scale
-    cost = np.where(float_a[:, None], 0.3 + 0.6 * np.minimum(1.0, 4 * distance), UNPAIRABLE)  # integers pair only when equal
+    # floats pair when their statistics are near (a scalar only when equal: a constant has no "same role"), integers only when equal
+    near = (distance <= FAR) & (size_a[:, None] > 1)
+    cost = np.where(float_a[:, None] & near, 0.3 + 1.2 * distance, UNPAIRABLE)
     cost = np.where(key_a[:, None] == key_b[None, :], 0.0, cost)
     cost += 0.1 * (op_a[:, None] != op_b[None, :]) + 0.3 * (kind_a[:, None] != kind_b[None, :])
     return np.where(shape_a[:, None] == shape_b[None, :], cost, UNPAIRABLE)
