@@ -249,7 +249,8 @@ def alignment_text(result: dict[str, Any], everything: bool = False) -> str:
 
     lines = [verdict_line(result),
              f"A {result['a']} vs B {result['b']}: aligned by {result['aligned_by']} ({result['shared_names']} of {result['a_results']} "
-             f"result names shared); one sample; equal: max |B-A| / max |A| <= {result['tolerance']:g} ({result['precision']})"]
+             f"result names shared); one sample; equal: max |B-A| / max |A| <= {result['tolerance']:g} ({result['precision']}); "
+             f"traces kept {result['trace_mib']['a']:g} + {result['trace_mib']['b']:g} MiB"]
     lines += [f"inputs: {note}" for note in result["inputs"]]
     for side in ("a", "b"):
         missing = result["not_exposed"][side]
