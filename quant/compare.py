@@ -188,8 +188,8 @@ def align_models(reference: Path, candidate: Path, feeds: dict[str, np.ndarray],
         out_rows.append({"row": number, "mark": row.mark,
                          "a": _side(a.steps[row.a]) if row.a is not None else None, "b": _side(b.steps[row.b]) if row.b is not None else None,
                          "max_abs_diff": row.max_abs_diff, "relative": row.relative, "cosine": row.cosine})
-    first = next((r for r, row in zip(out_rows, rows) if row.mark == "~" and a.steps[row.a].is_float and b.steps[row.b].is_float), None)
-    counts = Counter(row.mark for row in rows)  # integers pair only when equal: every `~` is a float pair
+    first = next((r for r, row in zip(out_rows, rows) if row.mark == "~" and row.max_abs_diff is not None and a.steps[row.a].is_float and b.steps[row.b].is_float), None)
+    counts = Counter(row.mark for row in rows)
     return {"a": str(reference), "b": str(candidate), "aligned_by": "names, then execution" if by_name else "execution",
             "shared_names": shared, "a_results": total, "precision": precision, "tolerance": band, "inputs": input_notes,
             "not_exposed": {"a": a.not_exposed, "b": b.not_exposed}, "nodes": nodes,
