@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 RESULTS = REPO / "bench" / "results" / "align_speed.json"
-RUNS = 5
+RUNS = 3
 TARGETS = {"align_seconds_bert_base": 2.0, "ratio_48_over_12_layers": 4.5}
 
 

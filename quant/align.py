@@ -171,6 +171,8 @@ def judge(x: Step, y: Step, tolerance: float) -> Row:
             return Row("~" if _family(x) != _family(y) or not np.array_equal(x.value.reshape(-1), y.value.reshape(-1)) else "=", None, None)
         equal = np.array_equal(x.value.reshape(-1), y.value.reshape(-1))
         return Row("=" if equal else "~", None, None)
+    if x.value.dtype == y.value.dtype and np.array_equal(x.value.reshape(-1), y.value.reshape(-1)):
+        return Row("=", None, None, 0.0, 0.0, 1.0 if np.any(x.value) else None)  # one pass: weights and their copies mostly
     u = saturated(x.value.astype(np.float64).reshape(-1))
     v = saturated(y.value.astype(np.float64).reshape(-1))
     if u.size == 0:

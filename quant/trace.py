@@ -87,15 +87,20 @@ def fingerprint(value: np.ndarray) -> tuple[str, tuple[float, float, float]]:
     if value.size == 0:
         return f"{value.dtype.kind}|{shape}|empty", (0.0, 0.0, 0.0)
     if np.issubdtype(value.dtype, np.floating):
-        data = saturated(value.astype(np.float64).reshape(-1))
-        finite = data[np.isfinite(data)]
-        if finite.size:
-            mean, std, top = float(finite.mean()), float(finite.std()), float(np.abs(finite).max())
+        data = value.reshape(-1)
+        top = float(np.abs(data).max())
+        if not top < SATURATED:  # infinities, NaNs or mask values: the slow path, in float64
+            data = saturated(data.astype(np.float64))
+            data = np.nan_to_num(data[np.isfinite(data)], nan=0.0)
+            top = float(np.abs(data).max()) if data.size else 0.0
+        infinite = value.size - data.size
+        if data.size:
+            mean, std = float(data.mean(dtype=np.float64)), float(data.std(dtype=np.float64))
             # order-sensitive: where the weight of the values lies along the flat tensor (tells a matrix from its transpose)
-            centroid = float(np.dot(np.nan_to_num(data, posinf=0.0, neginf=0.0), np.linspace(-1.0, 1.0, data.size))) / (float(np.abs(finite).sum()) or 1.0)
+            ramp = np.linspace(-1.0, 1.0, data.size, dtype=np.float32 if data.dtype == np.float32 else np.float64)
+            centroid = float(np.dot(data.astype(ramp.dtype, copy=False), ramp)) / (float(np.abs(data).sum(dtype=np.float64)) or 1.0)
         else:
-            mean = std = top = centroid = 0.0
-        infinite = data.size - finite.size
+            mean = std = centroid = 0.0
         return f"f|{shape}|{_sig(mean)}|{_sig(std)}|{_sig(top)}|{_sig(centroid)}|{infinite}", (mean, std, top)
     flat = value.reshape(-1)
     if value.dtype == np.bool_:
