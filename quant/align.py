@@ -149,11 +149,12 @@ def _edit_distance(a: list[Step], b: list[Step], a_lo: int, a_hi: int, b_lo: int
         table[i] = steps + np.minimum.accumulate(best - steps)
     pairs: list[tuple[int | None, int | None]] = []
     i, j = n, m
+    at, paid = table.item, cost.item  # scalar reads: the walk back visits n + m cells
     while i or j:
-        if i and j and np.isclose(table[i, j], table[i - 1, j - 1] + cost[i - 1, j - 1]) and cost[i - 1, j - 1] < UNPAIRABLE:
+        if i and j and paid(i - 1, j - 1) < UNPAIRABLE and abs(at(i, j) - at(i - 1, j - 1) - paid(i - 1, j - 1)) < 1e-9:
             pairs.append((a_lo + i - 1, b_lo + j - 1))
             i, j = i - 1, j - 1
-        elif i and np.isclose(table[i, j], table[i - 1, j] + 1):
+        elif i and abs(at(i, j) - at(i - 1, j) - 1) < 1e-9:
             pairs.append((a_lo + i - 1, None))
             i -= 1
         else:
