@@ -62,27 +62,61 @@ def lint_qdq(
         "Examples:\n\n"
         "  python -m pipeline compare model.opt.onnx model.int8.onnx --profile bert-tiny\n\n"
         "  python -m pipeline compare a.onnx b.onnx --inputs feeds.npz --format json -o divergence.json\n\n"
-        "  python -m pipeline compare --torch model.onnx --profile bert-tiny --dump modules/"
+        "  python -m pipeline compare --torch model.onnx --profile bert-tiny --dump modules/\n\n"
+        "When the two models do not share tensor names (two exporters, an optimizer's rewrite, two opsets) or with "
+        "--align, both run once with every result kept and the two executions are aligned: one row per pair, "
+        "`=` equal, `~` same role with different values, `-` only in A, `+` only in B, the first line naming the "
+        "first row where values part (docs/compare.md).\n\n"
+        "  python -m pipeline compare dynamo.onnx torchscript.onnx --profile hf-llama-tiny\n\n"
+        "  python -m pipeline compare model.opt.onnx model.fp16.onnx --profile bert-tiny --align --format html -o compare.html"
     )
 )
 def compare(
-    reference: Annotated[Path, typer.Argument(help="A: the reference model (usually FP32); with --torch, the ONNX file to check.")],
+    reference: Annotated[Optional[Path], typer.Argument(help="A: the reference model (usually FP32); with --torch, the ONNX file to check.")] = None,
     candidate: Annotated[Optional[Path], typer.Argument(help="B: the model to check (FP16, INT8, ...); not with --torch.")] = None,
     torch_model: Annotated[bool, typer.Option("--torch", help="Compare the ONNX file with the profile's torch model, module by module.")] = False,
+    exporters: Annotated[bool, typer.Option("--exporters", help="Export --profile's model with both exporters (in a temporary folder), compare each with torch module by module and the two with each other by alignment.")] = False,
     inputs: Annotated[Optional[Path], typer.Option(help="Inputs .npz: one array per model input, samples on axis 0.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from (with --torch: the model; default bert-tiny).")] = None,
     samples: Annotated[int, typer.Option(min=1, max=256, help="Synthetic samples (with --profile).")] = 4,
     top: Annotated[int, typer.Option(min=1, help="Nodes to list.")] = 15,
     dump: Annotated[Optional[Path], typer.Option(help="With --torch: write each module's inputs and outputs to DIR/<module>.npz.")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    align: Annotated[bool, typer.Option("--align", help="Align the two executions even when the models share tensor names.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", help="Aligned: print every row [default: the rows where the graphs part, with one around each].")] = False,
+    nodes: Annotated[Optional[str], typer.Option(help="Aligned: keep only the results of nodes whose name, op or module matches this regex.")] = None,
+    max_trace_mb: Annotated[Optional[float], typer.Option(min=1, help="Aligned: refuse to run when keeping every result needs more memory than this [default: 4096].")] = None,
+    tolerance: Annotated[Optional[float], typer.Option(min=0, help="Aligned: max |B-A| / max |A| under which a pair is equal [default: by precision, fp32 1e-4, fp16 2e-2, int8 0.1].")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json (html: aligned only).")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
     import json
 
     from pipeline.core.fileio import check_outputs
 
-    if fmt not in ("text", "json"):
-        raise PipelineError(f"--format {fmt!r}: use text or json")
+    if fmt not in ("text", "json", "html"):
+        raise PipelineError(f"--format {fmt!r}: use text, json or html")
+    if torch_model and fmt == "html":
+        raise PipelineError("--format html shows two aligned executions: use text or json with --torch")
+    if exporters:
+        if reference is not None or torch_model:
+            raise PipelineError("compare --exporters makes its two models from --profile: give no ONNX file and no --torch")
+        if profile is None:
+            raise PipelineError("compare --exporters needs --profile NAME: the model to export with both exporters")
+        check_outputs([output], [inputs])
+        result = _compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance)
+        if fmt == "json":
+            from quant.compare import alignment_json
+
+            emit(alignment_json(result), output, is_json=True)
+        elif fmt == "html":
+            from quant.compare_html import alignment_html
+
+            emit(alignment_html(result["alignment"]), output)
+        else:
+            emit(_exporters_text(result, show_all), output)
+        return
+    if reference is None:
+        raise PipelineError("compare: give two ONNX files (A, the reference, then B), one with --torch, or --exporters --profile NAME")
     if torch_model:
         if candidate is not None:
             raise PipelineError(f"compare --torch takes one ONNX file (the torch model comes from --profile); drop {candidate}")
@@ -100,6 +134,19 @@ def compare(
     if (inputs is None) == (profile is None):
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
     check_outputs([output], [reference, candidate, inputs])
+    if align or show_all or nodes or fmt == "html" or not _same_graph(reference, candidate):
+        from quant.compare import alignment_json, alignment_text
+
+        aligned = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
+        if fmt == "json":
+            emit(alignment_json(aligned), output, is_json=True)
+        elif fmt == "html":
+            from quant.compare_html import alignment_html
+
+            emit(alignment_html(aligned), output)
+        else:
+            emit(alignment_text(aligned, show_all), output)
+        return
     result = _compare_onnx(reference, candidate, inputs, profile, samples)
     if fmt == "json":
         emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
@@ -133,27 +180,121 @@ def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], prof
         return compare_models(reference, candidate, feeds, Path(workdir))
 
 
+def _same_graph(reference: Path, candidate: Path) -> bool:
+    """Whether the models share most tensor names (two precisions of one graph: compared name by name)."""
+    from quant.compare import MIN_JOINED, shared_names
+
+    shared, total = shared_names(reference, candidate)
+    return shared >= MIN_JOINED * total
+
+
+def _one_sample(reference: Path, inputs: Optional[Path], profile: Optional[str]) -> dict:
+    from quant.calibration import load_npz, model_inputs, split, synthetic
+
+    if inputs is not None:
+        return split(load_npz(inputs, model_inputs(reference)), 1)[0]
+    from pipeline.core.profiles import load_profile
+
+    loaded = load_profile(profile)
+    return split(synthetic(loaded, 1, seed=30_000), loaded.shape(loaded.inputs[0])[0])[0]
+
+
+def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
+                max_trace_mb: Optional[float], tolerance: Optional[float]) -> dict:
+    import re
+    import tempfile
+
+    from quant.compare import align_models
+
+    if nodes is not None:
+        try:
+            re.compile(nodes)
+        except re.error as err:
+            raise PipelineError(f"--nodes {nodes!r}: not a regular expression ({err}); e.g. --nodes 'layers\\.0\\.'") from err
+    feeds = _one_sample(reference, inputs, profile)
+    with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every result kept, then aligning them"):
+        return align_models(reference, candidate, feeds, Path(workdir), nodes, max_trace_mb, tolerance)
+
+
+def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str], max_trace_mb: Optional[float], tolerance: Optional[float]) -> dict:
+    """Both exports of the profile's model, each against torch module by module, and aligned with each other."""
+    import tempfile
+
+    from pipeline.core.profiles import load_profile
+    from pipeline.divergence import compare_to_torch
+    from pipeline.export import build_module, export_model
+
+    loaded = load_profile(profile)
+    if not loaded.model.from_pytorch:
+        raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file, so there is nothing to export; pass a profile with a torch model")
+    with tempfile.TemporaryDirectory() as workdir:
+        folder = Path(workdir)
+        paths = {exporter: folder / f"{exporter}.onnx" for exporter in ("dynamo", "torchscript")}
+        torch_side = {}
+        module = build_module(loaded)[0]
+        for exporter, path in paths.items():
+            with console.status(f"exporting {loaded.name} with the {exporter} exporter"):
+                exported = export_model(loaded, path, exporter=exporter)
+            feeds = _torch_feeds(loaded, path, inputs)
+            with console.status(f"comparing the {exporter} export with torch, module by module"):
+                modules, _ = compare_to_torch(loaded, module, path, feeds, folder)
+            torch_side[exporter] = {"outputs_max_abs_diff": exported.max_abs_diff, "nodes": exported.nodes, "modules": modules["modules"],
+                                    "mapped": modules["mapped"], "tolerance": modules["tolerance"], "first_diverging": modules["first_diverging"],
+                                    "worst_module": max((r for r in modules["rows"] if r["max_abs_diff"] is not None), key=lambda r: r["max_abs_diff"], default=None)}
+        aligned = _align_onnx(paths["dynamo"], paths["torchscript"], inputs, profile, nodes, max_trace_mb, tolerance)
+    aligned["a"], aligned["b"] = "dynamo export", "torchscript export"
+    errors = {e: side["outputs_max_abs_diff"] for e, side in torch_side.items()}
+    closer = None if errors["dynamo"] == errors["torchscript"] else min(errors, key=errors.get)
+    return {"profile": loaded.name, "torch": torch_side, "closer_to_torch": closer, "alignment": aligned}
+
+
+def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
+    from pipeline.core.samples import make_inputs
+    from quant.calibration import load_npz, model_inputs
+
+    if inputs is None:
+        return make_inputs(loaded, seed=30_000)
+    data = load_npz(inputs, model_inputs(onnx_path))
+    feeds = {spec.name: data[spec.name][:1] for spec in loaded.inputs if spec.name in data}
+    if len(feeds) != len(loaded.inputs):
+        raise PipelineError(f"{inputs}: has {sorted(data)}, profile {loaded.name} takes {[spec.name for spec in loaded.inputs]}; give one array per input")
+    return feeds
+
+
+def _exporters_text(result: dict, show_all: bool) -> str:
+    from quant.compare import alignment_text
+
+    lines = []
+    for exporter, side in result["torch"].items():
+        first = side["first_diverging"]
+        worst = side["worst_module"]
+        lines.append(f"torch vs {exporter} ({side['nodes']} nodes): outputs max_abs_diff {side['outputs_max_abs_diff']:.3g}; "
+                     f"{side['mapped']} of {side['modules']} modules mapped, "
+                     + (f"first over the tolerance {side['tolerance']:g}: {first['module']} ({first['kind']}, {first['max_abs_diff']:.3g})" if first
+                        else f"none over the tolerance {side['tolerance']:g}")
+                     + (f"; largest: {worst['module']} {worst['max_abs_diff']:.3g}" if worst else ""))
+    closer = result["closer_to_torch"]
+    other = {"dynamo": "torchscript", "torchscript": "dynamo"}
+    divergence = result["alignment"]["first_divergence"]
+    where = (f"the {other[closer]} export parts from it at row {divergence['row']} (module {divergence['b' if closer == 'dynamo' else 'a']['module'] or '-'})"
+             if closer and divergence else "the two exports agree on every paired result")
+    lines.append(f"closer to torch: {closer} export; {where}" if closer else f"both exports are as close to torch; {where}")
+    return "\n".join(lines) + "\n" + alignment_text(result["alignment"], show_all)
+
+
 def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> dict:
     import tempfile
 
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
-    from pipeline.core.samples import make_inputs
     from pipeline.divergence import compare_to_torch, dump_modules
     from pipeline.export import build_module
-    from quant.calibration import load_npz, model_inputs
 
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file, so there is no torch model to compare; pass the profile of the export")
     load_onnx(onnx_path)
-    if inputs is not None:
-        data = load_npz(inputs, model_inputs(onnx_path))
-        feeds = {spec.name: data[spec.name][:1] for spec in loaded.inputs if spec.name in data}
-        if len(feeds) != len(loaded.inputs):
-            raise PipelineError(f"{inputs}: has {sorted(data)}, profile {loaded.name} takes {[spec.name for spec in loaded.inputs]}; give one array per input")
-    else:
-        feeds = make_inputs(loaded, seed=30_000)
+    feeds = _torch_feeds(loaded, onnx_path, inputs)
     with tempfile.TemporaryDirectory() as workdir, console.status("running torch with a hook on every module, and the ONNX model with every tensor exposed"):
         result, captures = compare_to_torch(loaded, build_module(loaded)[0], onnx_path, feeds, Path(workdir))
     if dump is not None:
