@@ -108,7 +108,7 @@ def _qdq_after_gemm(g: _Graph, rules: PlacementRules) -> list[Finding]:
             pair = g.quantized_activation(tensor)
             if pair is None or not g.rejected(rules, pair[0].input[0], node, tensor):
                 continue
-            gemm = g.gemm_behind(pair[0].input[0], rules.epilogue_ops)
+            gemm = g.gemm_behind(pair[0].input[0], rules.epilogue_ops, single_use=rules.residual_skip)
             q, dq = pair
             out.append(Finding(
                 "qdq-after-gemm", [gemm.name, q.name, dq.name, node.name],
@@ -134,7 +134,7 @@ def _residual_skip(g: _Graph, rules: PlacementRules) -> list[Finding]:
             continue
         side = 0 if gemms[0] is not None else 1
         gemm, skip = gemms[side], node.input[1 - side]
-        if g.quantized_gemm(gemm) and not quantized[1 - side] and g.gemm_behind(skip, rules.epilogue_ops) is None:
+        if g.quantized_gemm(gemm) and not quantized[1 - side] and g.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
             out.append(Finding(
                 "residual-skip-not-quantized", [gemm.name, node.name, skip],
                 f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "

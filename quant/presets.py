@@ -335,20 +335,28 @@ class QdqGraph:
             q = self.producer.get(q.input[0])
         return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
 
-    def gemm_behind(self, tensor: str, epilogue: tuple[str, ...] = ("Add",)):
+    def gemm_behind(self, tensor: str, epilogue: tuple[str, ...] = ("Add",), single_use: bool = False):
         """The GEMM/Conv whose output `tensor` is, directly or through ops that fuse into it (`epilogue`:
-        its bias Add; BatchNormalization and activations under the CNN rules)."""
+        its bias Add; BatchNormalization and activations under the CNN rules). `single_use`: only if every
+        tensor on the way has one consumer (a Conv whose output also feeds another layer cannot take an Add)."""
         node = self.producer.get(tensor)
+        chain = [tensor]
         for _ in range(4):
             if node is None or node.op_type not in epilogue:
                 break
             if node.op_type == "Add":
-                node = next((self.producer[i] for i in node.input if self.op(i) in GEMM_OPS), None)
+                chain.append(next((i for i in node.input if self.op(i) in GEMM_OPS), ""))
             else:
-                node = self.producer.get(node.input[0])
-        return node if node is not None and node.op_type in GEMM_OPS else None
+                chain.append(node.input[0])
+            node = self.producer.get(chain[-1])
+        if node is None or node.op_type not in GEMM_OPS:
+            return None
+        if single_use and any(len(self.consumers.get(t, [])) != 1 for t in chain):
+            return None
+        return node
 
     def quantized_gemm(self, gemm) -> bool:
+        """Its activation input is quantized."""
         return any(self.quantized_activation(i) for i in gemm.input[:1])
 
     def dq_of(self, tensor: str) -> str | None:
@@ -371,7 +379,7 @@ class QdqGraph:
             if any(i in self.initializers or self.op(i) == "Constant" for i in node.input):
                 continue
             floats = [pair[0].input[0] if (pair := self.quantized_activation(i)) else i for i in node.input]
-            gemms = [self.gemm_behind(t, epilogue) for t in floats]
+            gemms = [self.gemm_behind(t, epilogue, single_use=True) for t in floats]
             if any(gemms):
                 yield node, gemms, floats
 
@@ -381,11 +389,11 @@ class QdqGraph:
         input is the float output of another GEMM/Conv (that GEMM takes the Add)."""
         if consumer.op_type in rules.float_region_ops:
             return True
-        if consumer.op_type not in rules.epilogue_ops or self.gemm_behind(source, rules.epilogue_ops) is None:
+        if consumer.op_type not in rules.epilogue_ops or self.gemm_behind(source, rules.epilogue_ops, single_use=rules.residual_skip) is None:
             return False
         if consumer.op_type == "Add" and rules.residual_skip:
             other = [i for i in consumer.input if i != dq_output]
-            return not (other and self.quantized_activation(other[0]) is None and self.gemm_behind(other[0], rules.epilogue_ops) is not None)
+            return not (other and self.quantized_activation(other[0]) is None and self.gemm_behind(other[0], rules.epilogue_ops, single_use=True) is not None)
         return True
 
 
