@@ -186,8 +186,8 @@ def _concat_scales(g: _Graph, rules: PlacementRules) -> list[Finding]:
             continue
         scales = []
         for tensor in node.input:
-            dq = g.producer.get(tensor)
-            scale = g.constant(dq.input[1]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            pair = g.dequantized_through(tensor)
+            scale = g.constant(pair[1].input[1]) if pair else None
             scales.append(None if scale is None else float(np.asarray(scale).reshape(-1)[0]))
         known = [s for s in scales if s is not None]
         if len(known) >= 2 and not np.allclose(known, known[0], rtol=1e-6):

@@ -47,6 +47,8 @@ FLOAT_REGION_OPS = ("LayerNormalization", "Softmax")
 # GEMM + bias): a GEMM's output read through any chain of these is still "the GEMM's output"
 EPILOGUE_OPS = ("BatchNormalization", *ACTIVATION_OPS)
 DATA_MOVEMENT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")  # FP8 Q/DQ may be split by these
+# Ops a DQ commutes with (TensorRT moves the DQ after them): a Concat input read through them is still quantized
+COMMUTING_OPS = ("Resize", "MaxPool", *DATA_MOVEMENT_OPS)
 
 FAMILIES = ("encoder", "decoder", "cnn")
 
@@ -335,6 +337,14 @@ class QdqGraph:
             q = self.producer.get(q.input[0])
         return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
 
+    def dequantized_through(self, tensor: str):
+        """`quantized_activation` of `tensor` or of the input of the ops it comes through that a DQ commutes
+        with (nearest Resize, MaxPool, data movement): ModelOpt quantizes before an Upsample, not after."""
+        node = self.producer.get(tensor)
+        while node is not None and node.op_type in COMMUTING_OPS:
+            tensor, node = node.input[0], self.producer.get(node.input[0])
+        return self.quantized_activation(tensor)
+
     def gemm_behind(self, tensor: str, epilogue: tuple[str, ...] = ("Add",), single_use: bool = False):
         """The GEMM/Conv whose output `tensor` is, directly or through ops that fuse into it (`epilogue`:
         its bias Add; BatchNormalization and activations under the CNN rules). `single_use`: only if every
@@ -420,7 +430,7 @@ def share_concat_scales(graph: QdqGraph) -> list[str]:
 
     changed = []
     for concat in (n for n in graph.nodes if n.op_type == "Concat"):
-        pairs = [graph.quantized_activation(i) for i in concat.input]
+        pairs = [graph.dequantized_through(i) for i in concat.input]
         if not pairs or not all(pairs):
             continue
         scales = [graph.initializers.get(dq.input[1]) for _, dq in pairs]
