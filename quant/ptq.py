@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, StageFailed
 
 MODELOPT_ERRORS = (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError, NotImplementedError)
 
@@ -55,7 +55,8 @@ def check_calibration(calibration: dict[str, np.ndarray], batch: int, minimum: i
 
 def run_modelopt(source: Path, beside: Path, stage: str, **arguments: Any):
     """`modelopt.onnx.quantization.quantize(**arguments)` on a private copy of `source` (in a work folder
-    beside `beside`); returns the quantized ModelProto. A failure is an InputError naming the file."""
+    beside `beside`); returns the quantized ModelProto. ModelOpt failing on the valid model is a failed
+    stage (StageFailed, exit 1) naming the file."""
     import onnx
     from modelopt.onnx.quantization import quantize
 
@@ -68,7 +69,7 @@ def run_modelopt(source: Path, beside: Path, stage: str, **arguments: Any):
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
                 quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR", **arguments)
         except MODELOPT_ERRORS as err:
-            raise InputError(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {first_line(err)}; "
+            raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {first_line(err)}; "
                              "rerun with --debug for ModelOpt's traceback") from err
         return onnx.load(str(output))
 
