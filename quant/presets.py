@@ -285,22 +285,32 @@ def apply_preset(preset: Preset, model) -> list[str]:
     if not preset.fusion_cleanup:
         return []
     rules = preset.rules
-    graph = QdqGraph(model)
     if rules.residual_skip:
-        _quantize_residual_skips(graph)
+        _quantize_residual_skips(QdqGraph(model))
+    graph = QdqGraph(model)  # after the residual edits: a Q/DQ they left unread is found unread here
+    outputs = {o.name for o in model.graph.output}
     removed: list[str] = []
     for dq in [n for n in model.graph.node if n.op_type == "DequantizeLinear"]:
-        q = graph.producer.get(dq.input[0])
-        if q is None or q.op_type != "QuantizeLinear":
+        pair = graph.quantized_activation(dq.output[0])
+        if pair is None:
             continue  # a weight's DQ: TensorRT needs it
-        source = q.input[0]
-        for consumer in list(graph.consumers.get(dq.output[0], [])):
-            other_type = preset.op_types_to_quantize is not None and consumer.op_type not in preset.op_types_to_quantize
-            if other_type or graph.rejected(rules, source, consumer, dq.output[0]):
-                consumer.input[list(consumer.input).index(dq.output[0])] = source
-                graph.consumers[dq.output[0]].remove(consumer)
-        if not graph.consumers.get(dq.output[0]) and dq.output[0] not in {o.name for o in model.graph.output}:
-            if not [c for c in graph.consumers.get(q.output[0], []) if c is not dq]:
+        q = pair[0]
+        moves = graph.moves_between(q, dq)
+        readers = list(graph.consumers.get(dq.output[0], []))
+        rejected = [c for c in readers if (preset.op_types_to_quantize is not None and c.op_type not in preset.op_types_to_quantize)
+                    or graph.rejected(rules, q.input[0], c, dq.output[0])]
+        if moves:  # Q -> Transpose/Reshape -> DQ (FP8): only a whole pair goes, the data movement stays, in float
+            if rejected != readers or dq.output[0] in outputs or not graph.single_path(q, dq):
+                continue
+            moves[0].input[list(moves[0].input).index(q.output[0])] = q.input[0]
+            source = moves[-1].output[0]
+        else:
+            source = q.input[0]
+        for consumer in rejected:
+            consumer.input[list(consumer.input).index(dq.output[0])] = source
+            graph.consumers[dq.output[0]].remove(consumer)
+        if not graph.consumers.get(dq.output[0]) and dq.output[0] not in outputs:
+            if moves or not [c for c in graph.consumers.get(q.output[0], []) if c is not dq]:
                 model.graph.node.remove(dq)
                 model.graph.node.remove(q)
                 removed += [q.name, dq.name]
@@ -336,6 +346,18 @@ class QdqGraph:
         while q is not None and q.op_type in DATA_MOVEMENT_OPS:
             q = self.producer.get(q.input[0])
         return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
+
+    def moves_between(self, q, dq) -> list:
+        """The data movement nodes from `q` to `dq` (Q -> Transpose -> DQ), in graph order; [] when DQ reads Q."""
+        moves, node = [], self.producer.get(dq.input[0])
+        while node is not None and node is not q:
+            moves.insert(0, node)
+            node = self.producer.get(node.input[0])
+        return moves
+
+    def single_path(self, q, dq) -> bool:
+        """Every tensor from `q` to `dq` is read once (by the next node): the pair can go without touching another reader."""
+        return all(len(self.consumers.get(node.output[0], [])) == 1 for node in [q, *self.moves_between(q, dq)])
 
     def dequantized_through(self, tensor: str):
         """`quantized_activation` of `tensor` or of the input of the ops it comes through that a DQ commutes

@@ -126,9 +126,9 @@ def _docker_hint(profile, options: dict, out: Path) -> str:
 def _check_build_flags(precisions: dict[str, bool], calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
     """Options that only a stage not requested would read are mistakes, not silently ignored."""
     if calib is not None and not (precisions["int8"] or precisions["fp8"] or precisions["int4"]):
-        raise PipelineError("--calib is calibration data for the INT8/FP8/INT4 stages, which this build does not run; add --int8, --fp8 or --int4, or drop --calib")
+        raise PipelineError("--calib is calibration data for the INT8 stage (and the FP8/INT4 ones), which this build does not run; add --int8, --fp8 or --int4, or drop --calib")
     if preset is not None and not (precisions["int8"] or precisions["fp8"]):
-        raise PipelineError("--preset chooses the INT8/FP8 Q/DQ placement, which this build does not run; add --int8 or --fp8, or drop --preset")
+        raise PipelineError("--preset chooses the INT8 Q/DQ placement (and the FP8 one), which this build does not run; add --int8 or --fp8, or drop --preset")
     if min_cosine is not None and not any(precisions.values()):
         raise PipelineError("--min-cosine is the accuracy gate of the FP16/INT8/FP8/INT4/BF16 stages, which this build does not run; add one or drop it")
 
@@ -260,7 +260,7 @@ def quantize(
     if calib is not None and not (int8 or fp8 or int4):
         raise PipelineError("--calib is calibration data for --int8, --fp8 or --int4, which this command was not given; add one or drop --calib")
     if preset is not None and not (int8 or fp8):
-        raise PipelineError("--preset chooses the INT8/FP8 Q/DQ placement; add --int8 or --fp8, or drop --preset")
+        raise PipelineError("--preset chooses the INT8 Q/DQ placement (and the FP8 one); add --int8 or --fp8, or drop --preset")
     check_outputs([output], [source, calib])
     load_onnx(source)
     if (fp16 or bf16) and not int8:

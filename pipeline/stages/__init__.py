@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pipeline.runner import Stage
 from pipeline.settings import Options
-from pipeline.stages.engines import BENCH, BUILD, DIFF, PRECISION_SOURCES, REPORT
 from pipeline.stages.bf16 import BF16
+from pipeline.stages.engines import BENCH, BUILD, DIFF, PRECISION_SOURCES, REPORT
 from pipeline.stages.export import EXPORT
 from pipeline.stages.fp8 import FP8
 from pipeline.stages.fp16 import FP16
