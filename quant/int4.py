@@ -66,7 +66,7 @@ def quantize_int4(
         if excluded:
             notes.append(f"AWQ leaves Gemm(transB=1) in float (ModelOpt 0.47 writes their scales on the wrong axis): {', '.join(excluded)}")
         if len(excluded) == len(eligible):
-            raise InputError(f"int4: every eligible weight of {source} is a Gemm with transB=1, which ModelOpt's AWQ cannot quantize; use method rtn_dq")
+            raise InputError(f"int4: every eligible weight of {source} is a Gemm with transB=1, which ModelOpt's AWQ cannot quantize; use round to nearest: [quant] int4_method = \"rtn_dq\"")
         samples = check_calibration(calibration, batch, 1, "int4", "AWQ")
         reader = calibration_reader(split(calibration, batch), on_step)
     else:
