@@ -42,7 +42,7 @@ def _skip_without_tensorrt(what: str, job: Job) -> StageResult | None:
         return None
     reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {job.rerun_hint()}"
     requirements = {}
-    if "fp8" in job.settings.names and "fp8" in job.settings.precisions:
+    if "precisions" in job.settings.names and "fp8" in job.settings.precisions:  # the build stage (bench reads no precisions)
         from quant.fp8 import FP8_MIN_COMPUTE_CAPABILITY
 
         requirements = {"fp8": {"requires_compute_capability": ".".join(map(str, FP8_MIN_COMPUTE_CAPABILITY))}}
