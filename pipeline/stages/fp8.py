@@ -20,15 +20,13 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     """FP8 Q/DQ of `source` into `target`, written only if it passes the gate; `reference`: the FP32 outputs
     on the held-out samples (BackgroundOutputs), or None to run `source`. Returns the result and the data's origin."""
     from pipeline.core.fileio import atomic_path
-    from pipeline.core.quiet import captured
     from quant.fp8 import quantize_fp8
 
     q = profile.quant
     data, batch, origin = ptq.calibration(profile, calib, source)
-    with atomic_path(target) as tmp:
-        with captured(log):
-            result = quantize_fp8(source, tmp, data, batch, held_out(profile), reference, q.preset, max_sequence=ptq.max_sequence(profile),
-                                  min_cosine=q.min_cosine_fp8, on_step=on_step)
+    with atomic_path(target) as tmp, ptq.logged(log):
+        result = quantize_fp8(source, tmp, data, batch, held_out(profile), reference, q.preset, max_sequence=ptq.max_sequence(profile),
+                              min_cosine=q.min_cosine_fp8, on_step=on_step)
         gate("fp8", result.accuracy, q.min_cosine_fp8)
     return result, origin
 

@@ -19,17 +19,15 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """INT4 weights of `source` into `target`, written only if it passes the gate; as pipeline.stages.fp8.quantize."""
     from pipeline.core.fileio import atomic_path
-    from pipeline.core.quiet import captured
     from quant.int4 import quantize_int4
 
     q = profile.quant
     data, batch, origin = ptq.calibration(profile, calib, source)
     if q.int4_method == "rtn_dq":
         origin = "none (round to nearest uses no data)"
-    with atomic_path(target) as tmp:
-        with captured(log):
-            result = quantize_int4(source, tmp, data, batch, held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
-                                   on_step=on_step)
+    with atomic_path(target) as tmp, ptq.logged(log):
+        result = quantize_int4(source, tmp, data, batch, held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
+                               on_step=on_step)
         gate("int4", result.accuracy, q.min_cosine_int4)
     return result, origin
 

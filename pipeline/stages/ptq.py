@@ -3,6 +3,8 @@ ModelOpt call's log, the gate, and the metrics recorded."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,21 @@ def calibration(profile: Profile, calib: Path | None, source: Path):
 
     data, origin = calibration_data(profile, calib, source)
     return data, calibration_batch(profile, source), origin
+
+
+@contextmanager
+def logged(log: Path | None) -> Iterator[None]:
+    """The libraries' output into `log`; a user's input error leaves no log behind (nothing half written)."""
+    from pipeline.core.errors import InputError
+    from pipeline.core.quiet import captured
+
+    try:
+        with captured(log):
+            yield
+    except InputError:
+        if log is not None:
+            log.unlink(missing_ok=True)
+        raise
 
 
 def max_sequence(profile: Profile) -> int | None:
