@@ -115,3 +115,12 @@ def test_the_cnn_preset_removes_a_qdq_the_lint_sees_through_a_transpose():
                                                          list(model.graph.initializer)), opset_imports=list(model.opset_import), ir_version=10)
     expected = np.maximum(ort.InferenceSession(conv.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0], 0)
     np.testing.assert_allclose(session.run(None, {"x": x})[0], expected.transpose(0, 1, 3, 2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("written, name", [("FP8", "FP8"), ("kFP8", "FP8"), ("Int4", "INT4"), ("kINT4", "INT4"), ("BFloat16", "BF16"),
+                                           ("kBF16", "BF16"), ("Half", "FP16"), ("Int8", "INT8")])
+def test_trt_precision_names_of_the_new_precisions(written, name):
+    """TensorRT's spellings in layer information and profiles map to the names the reports use."""
+    from trt.plan import normalize_dtype
+
+    assert normalize_dtype(written) == name
