@@ -124,3 +124,41 @@ def test_trt_precision_names_of_the_new_precisions(written, name):
     from trt.plan import normalize_dtype
 
     assert normalize_dtype(written) == name
+
+
+@pytest.mark.parametrize("capability, fp8_built", [((8, 6), False), ((9, 0), True)])
+def test_the_build_stage_builds_fp8_only_from_compute_capability_8_9(vit, tmp_path, monkeypatch, capability, fp8_built):
+    """With TensorRT present (the builder stubbed: no TensorRT here), an 8.6 GPU builds every engine but FP8's
+    and records why; a 9.0 GPU builds FP8's too, from model.fp8.onnx. The run never fails."""
+    import shutil
+
+    from rich.console import Console
+
+    import pipeline.stages.engines as engines
+    import trt.builders
+    import trt.capability
+    from pipeline.core.manifest import Manifest
+    from pipeline.core.profiles import load_profile
+    from pipeline.runner import Context, Runner
+
+    built = {}
+
+    def fake_build(builder, onnx_path, paths, *args):
+        built[paths.engine.stem] = onnx_path.name
+        return {"layers": 1}
+
+    monkeypatch.setattr(trt.capability, "tensorrt_missing", lambda: None)
+    monkeypatch.setattr(trt.capability, "compute_capability", lambda: capability)
+    monkeypatch.setattr(trt.builders, "build_and_profile", fake_build)
+    monkeypatch.setattr(engines, "_engine_accuracy", lambda *args: {"not_compared": "stubbed"})
+    out = tmp_path / "o"
+    shutil.copytree(vit[0], out)
+    profile = load_profile("hf-vit-tiny")
+    ctx = Context(profile, out, Manifest.load_or_new(out / "manifest.json", profile.name), {"fp8": True, "int4": True, "bf16": True})
+    (record,) = Runner(ctx, Console(file=open(tmp_path / "c.txt", "w"))).run([engines.BUILD])
+    assert record.status == "done"
+    assert built == {"fp32": "model.opt.onnx", "int4": "model.int4.onnx", "bf16": "model.bf16.onnx",
+                     **({"fp8": "model.fp8.onnx"} if fp8_built else {})}
+    if not fp8_built:
+        assert record.metrics["fp8"] == {"skipped": "FP8 engines need a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell); this GPU is 8.6",
+                                         "requires_compute_capability": "8.9"}
