@@ -1,12 +1,14 @@
-"""The model corpus: every Hugging Face architecture profile through `build --fp16 --int8`, with both exporters.
+"""The model corpus: every Hugging Face architecture profile through `build --fp16 --int8 --fp8`, and
+`build --int4` where it applies, with both exporters.
 
 For each corpus profile (profiles/hf-*-tiny.toml: random weights from a config, nothing
-downloaded) and each exporter, one whole `python -m pipeline build --fp16 --int8` process in a
-fresh folder, one after another (never two at once on a shared machine). Recorded per run from
-the manifest: the result (or the one-line error), export max_abs_diff and output names, nodes
-before/after optimize, the rewrites applied, fp16/int8 cosine_centered, Q/DQ pairs, lint
-findings (each with the justification below), seconds per stage and in total; and the load
-average before and after.
+downloaded) and each exporter, one whole `python -m pipeline build --fp16 --int8 --fp8` process in a
+fresh folder, then `build --int4 --until int4` in the same folder (export and optimize cached; a
+model without MatMul/Gemm weights records why INT4 does not apply), one after another (never two
+at once on a shared machine). Recorded per run from the manifest: the result (or the one-line
+error), export max_abs_diff and output names, nodes before/after optimize, the rewrites applied,
+fp16/int8/fp8/int4 cosine_centered, Q/DQ pairs, lint findings per precision (each with the
+justification below), seconds per stage and in total; and the load average before and after.
 
 Run: python bench/models.py            -> bench/results/models.json (about 5 minutes on 2 cores)
      python bench/models.py --table    prints the docs/performance.md table from bench/results/models.json
@@ -27,6 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "models.json"
 CORPUS = ["hf-bert-tiny", "hf-distilbert-tiny", "hf-roberta-tiny", "hf-gpt2-tiny", "hf-llama-tiny", "hf-vit-tiny", "hf-resnet-tiny"]
 EXPORTERS = ["dynamo", "torchscript"]
+# the preset of the model's family where it is not the default (docs/quantization-formats.md): the lint judges
+# INT8/FP8 placement by the family's rules, so a CNN quantized with trt-fusion shows findings the cnn preset fixes
+FAMILY_PRESETS = {"hf-resnet-tiny": "cnn"}
 FUSIONS = ("fuse-layernorm", "fuse-gelu", "scale-before-attention-matmul", "split-to-sequence-as-split")
 
 # Why each lint finding the corpus shows is what it says (a finding without an entry here is marked unjustified).
@@ -58,12 +63,16 @@ def run_one(name: str, exporter: str) -> dict:
         folder = Path(tmp)
         profile = corpus_profile(name, exporter, folder)
         started = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "pipeline", "build", "--profile", str(profile), "--fp16", "--int8", "--out", str(folder / "out")],
+        run = subprocess.run([sys.executable, "-m", "pipeline", "build", "--profile", str(profile), "--fp16", "--int8", "--fp8",
+                              *(["--preset", FAMILY_PRESETS[name]] if name in FAMILY_PRESETS else []), "--out", str(folder / "out")],
                              cwd=REPO, capture_output=True, text=True)
         seconds = time.perf_counter() - started
+        int4 = subprocess.run([sys.executable, "-m", "pipeline", "build", "--profile", str(profile), "--int4", "--until", "int4", "--out", str(folder / "out")],
+                              cwd=REPO, capture_output=True, text=True) if run.returncode == 0 else None
         manifest_path = folder / "out" / "manifest.json"
         stages = {s["name"]: s for s in json.loads(manifest_path.read_text())["stages"]} if manifest_path.is_file() else {}
         lint = json.loads((folder / "out" / "int8.lint.json").read_text()) if (folder / "out" / "int8.lint.json").is_file() else None
+        fp8_lint = json.loads((folder / "out" / "fp8.lint.json").read_text()) if (folder / "out" / "fp8.lint.json").is_file() else None
         graph = graph_facts(folder / "out" / "model.opt.onnx") if (folder / "out" / "model.opt.onnx").is_file() else None
     error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     record = {"model": name, "exporter": exporter, "passed": run.returncode == 0, "exit_code": run.returncode,
@@ -85,9 +94,20 @@ def run_one(name: str, exporter: str) -> dict:
     if "int8" in stages and stages["int8"]["status"] == "done":
         m = stages["int8"]["metrics"]
         record["int8"] = {"cosine_centered": m["accuracy"]["cosine_centered"], "qdq_pairs": m["qdq_pairs"], "notes": m["notes"]}
+    for precision in ("fp8", "int4"):
+        if precision in stages and stages[precision]["status"] == "done":
+            m = stages[precision]["metrics"]
+            record[precision] = {"cosine_centered": m["accuracy"]["cosine_centered"], "method": m["method"], "opset": m["opset"],
+                                 "quantize": m["qdq"]["quantize"], "dequantize": m["qdq"]["dequantize"], "notes": m["notes"]}
+    if int4 is not None and int4.returncode != 0:
+        why = [line for line in int4.stderr.splitlines() if line.startswith("error:")]
+        record["int4"] = {"not_applied": why[0].removeprefix("error: ") if why else f"exit code {int4.returncode}"}
     if lint is not None:
         record["lint"] = [{"rule": f["rule"], "message": f["message"], "justification": JUSTIFICATIONS.get(f["rule"], "unjustified")}
                           for f in lint["findings"]]
+    if fp8_lint is not None:
+        record["fp8_lint"] = [{"rule": f["rule"], "message": f["message"], "justification": JUSTIFICATIONS.get(f["rule"], "unjustified")}
+                              for f in fp8_lint["findings"]]
     if name in MODEL_NOTES:
         record["note"] = MODEL_NOTES[name]
     return record
@@ -115,24 +135,39 @@ def graph_facts(path: Path) -> dict:
             "attention_matmuls": attentions, "attention_scaled_after_matmul": after}
 
 
+def _lint_cell(findings: list | None) -> str:
+    if not findings:
+        return "0"
+    return f"{len(findings)} ({', '.join(sorted({f['rule'] for f in findings}))})"
+
+
+def _low_precision_cells(r: dict) -> str:
+    """The fp8 and int4 columns: cosine_centered and the FP8 lint, or why INT4 does not apply."""
+    fp8 = f"{r['fp8']['cosine_centered']:.4f}" if "fp8" in r else "-"
+    int4 = r.get("int4", {})
+    int4_cell = f"{int4['cosine_centered']:.4f}" if "cosine_centered" in int4 else "n/a (no MatMul/Gemm weights)" if "no MatMul/Gemm" in int4.get("not_applied", "") else "-"
+    return f" {fp8} | {_lint_cell(r.get('fp8_lint'))} | {int4_cell} |"
+
+
 def table(results: dict) -> str:
-    """The corpus table of docs/performance.md, rendered from the recorded results."""
-    rows = ["| model | exporter | result | export diff | nodes (optimize) | LN / Gelu / attention scale (rewrites) | fp16 cos_c | int8 cos_c | Q/DQ | lint | s (export/opt/fp16/int8) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The corpus table of docs/performance.md, rendered from the recorded results (the fp8/int4 columns once a run recorded them)."""
+    low = any("fp8" in r for r in results["runs"])
+    rows = ["| model | exporter | result | export diff | nodes (optimize) | LN / Gelu / attention scale (rewrites) | fp16 cos_c | int8 cos_c | Q/DQ | lint |"
+            + (" fp8 cos_c | fp8 lint | int4 cos_c |" if low else "") + " s (export/opt/fp16/int8) |",
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if low else "") + "---|"]
     for r in results["runs"]:
         if not r["passed"]:
-            rows.append(f"| {r['model']} | {r['exporter']} | fails: {(r['error'] or '').removeprefix('error: ')[:160]} | | | | | | | | |")
+            rows.append(f"| {r['model']} | {r['exporter']} | fails: {(r['error'] or '').removeprefix('error: ')[:160]} | | | | | | | |" + (" | | |" if low else "") + " |")
             continue
         o = r["optimize"]
         scale = "no attention" if not o["attention_matmuls"] else "after MatMul" if o["attention_scaled_after_matmul"] else "before MatMul"
         rewrites = ", ".join(f"{k} {v}" for k, v in o["fusions"].items()) or "none"
         fusions = f"{o['ops_after'].get('LayerNormalization', 0)} / {o['ops_after'].get('Gelu', 0)} / {scale} ({rewrites})"
-        lint = ", ".join(sorted({f["rule"] for f in r["lint"]})) if r["lint"] else "0"
-        lint = f"{len(r['lint'])} ({lint})" if r["lint"] else lint
+        lint = _lint_cell(r["lint"])
         secs = "/".join(f"{r['seconds'].get(k, 0):.1f}" for k in ("export", "optimize", "fp16", "int8"))
         rows.append(f"| {r['model']} | {r['exporter']} | passes | {r['export']['max_abs_diff']:.1e} | {r['optimize']['nodes_before']} -> "
                     f"{r['optimize']['nodes_after']} | {fusions} | {r['fp16']['cosine_centered']:.5f} | {r['int8']['cosine_centered']:.4f} | "
-                    f"{r['int8']['qdq_pairs']} | {lint} | {secs} |")
+                    f"{r['int8']['qdq_pairs']} | {lint} |" + (_low_precision_cells(r) if low else "") + f" {secs} |")
     return "\n".join(rows) + "\n"
 
 

@@ -7,7 +7,7 @@ else (a profile section or field, a command-line option) raises `UndeclaredSetti
 stage cannot depend on a setting that its cache key leaves out.
 
 Command-line options override the profile field they stand for (`--preset` -> `quant.preset`,
-`--min-cosine` -> `quant.min_cosine_fp16` and `quant.min_cosine_int8`, `--verbosity` ->
+`--min-cosine` -> every `quant.min_cosine_*` (fp16, int8, fp8, int4, bf16), `--verbosity` ->
 `build.verbosity`, export's `--exporter` -> `export`); the rest are settings of their own (`onnx`, `calib`, `precisions`,
 `weak_fp16`). A setting naming a file (`onnx`, `calib`) is keyed by the file's sha256 too.
 """
@@ -48,8 +48,8 @@ def _model_key(profile: Profile, options: Options) -> Any:
 
 
 def _precisions(profile: Profile, options: Options) -> tuple[str, ...]:
-    """The precisions built into engines: FP32 always, FP16 / INT8 when asked for."""
-    return ("fp32", *(p for p in ("fp16", "int8") if options.get(p)))
+    """The precisions built into engines: FP32 always, the others when asked for (--fp16, --int8, --fp8, --int4, --bf16)."""
+    return ("fp32", *(p for p in ("fp16", "int8", "fp8", "int4", "bf16") if options.get(p)))
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,10 @@ REGISTRY: dict[str, Setting] = {
         _field("quant", "accuracy_samples"),
         _field("quant", "min_cosine_fp16", "min_cosine"),
         _field("quant", "min_cosine_int8", "min_cosine"),
+        _field("quant", "min_cosine_fp8", "min_cosine"),
+        _field("quant", "min_cosine_int4", "min_cosine"),
+        _field("quant", "min_cosine_bf16", "min_cosine"),
+        _field("quant", "int4_method"),
         _field("quant", "fp16_exclude_op_types"),
         _field("quant", "fp16_exclude_nodes"),
         *(_field("build", name, "verbosity" if name == "verbosity" else None)

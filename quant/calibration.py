@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,30 @@ def split(data: dict[str, np.ndarray], batch: int) -> list[dict[str, np.ndarray]
     """Back into per-step feeds of `batch` rows each."""
     rows = len(next(iter(data.values())))
     return [{name: array[i : i + batch] for name, array in data.items()} for i in range(0, rows, batch)]
+
+
+def calibration_reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
+    """An onnxruntime CalibrationDataReader over our feeds that reports each step taken."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.index = 0
+
+        def get_next(self):
+            if self.index >= len(feeds):
+                return None
+            self.index += 1
+            on_step(self.index, len(feeds))
+            return feeds[self.index - 1]
+
+        def get_first(self):  # ModelOpt peeks at one feed to find the MHA shapes
+            return feeds[0]
+
+        def rewind(self):
+            self.index = 0
+
+    return Reader()
 
 
 def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str, np.ndarray]:

@@ -44,6 +44,55 @@ def convert_fp16(
 ) -> Fp16Result:
     """Convert `source` to mixed FP16 and write `target` only if it runs on every feed set."""
     import onnx
+
+    model, providers, repaired = _autocast(source, "fp16", op_types_to_exclude, nodes_to_exclude)
+    with atomic_path(target) as tmp:
+        onnx.save(model, str(tmp))
+        session, checked = check_runs(tmp, feed_sets, "fp16")
+    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session)
+
+
+DEFAULT_MIN_COSINE_BF16 = 0.99  # BF16 keeps 8 mantissa bits to FP16's 11: FP16's gate (0.999) is too tight for it
+
+
+@dataclass(frozen=True)
+class Bf16Result:
+    providers: list[str]
+    nodes: int
+    fp32_nodes_kept: int
+    dims_repaired: int
+    checked_shapes: list[dict[str, list[int]]]
+    session: OnnxSession | None  # None when no provider here has BF16 kernels (unchecked says why)
+    unchecked: str | None
+
+
+def convert_bf16(
+    source: Path, target: Path, op_types_to_exclude: list[str], nodes_to_exclude: list[str], feed_sets: list[dict[str, np.ndarray]],
+) -> Bf16Result:
+    """Convert `source` to mixed BF16 (AutoCast `low_precision_type="bf16"`) and write `target`.
+
+    onnxruntime's CPU provider has no BF16 kernels for Conv, MatMul, Expand and most compute ops
+    (1.24: "Could not find an implementation for Conv(22)"), so without a CUDA device the file is
+    written unchecked and `unchecked` says why; with one it is checked like FP16."""
+    import onnx
+
+    from pipeline.core.devices import cuda_device_present
+
+    model, providers, repaired = _autocast(source, "bf16", op_types_to_exclude, nodes_to_exclude)
+    with atomic_path(target) as tmp:
+        onnx.save(model, str(tmp))
+        if cuda_device_present():
+            session, checked = check_runs(tmp, feed_sets, "bf16")
+            unchecked = None
+        else:
+            session, checked = None, []
+            unchecked = "not run: onnxruntime's CPU provider has no BF16 kernels for Conv/MatMul (a CUDA device is needed to check it)"
+    return Bf16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, unchecked)
+
+
+def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str]):
+    """AutoCast's mixed-precision model of `source`, the providers it used, and the dims repaired."""
+    import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     from pipeline.core.devices import cuda_device_present
@@ -56,16 +105,13 @@ def convert_fp16(
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             model = convert_to_mixed_precision(
-                onnx_path=str(source), low_precision_type="fp16", keep_io_types=True, providers=providers,
+                onnx_path=str(source), low_precision_type=low_precision_type, keep_io_types=True, providers=providers,
                 op_types_to_exclude=op_types_to_exclude or None, nodes_to_exclude=nodes_to_exclude or None,
             )
     except (ValueError, KeyError) as err:
-        raise StageFailed(f"fp16: ModelOpt AutoCast cannot convert {source}: {err}") from err
+        raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
-    with atomic_path(target) as tmp:
-        onnx.save(model, str(tmp))
-        session, checked = check_runs(tmp, feed_sets, "fp16")
-    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session)
+    return model, providers, repaired
 
 
 def repair_placeholder_dims(model, source) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.fileio import atomic_path
-from quant.calibration import split
+from quant.calibration import calibration_reader, split
 
 
 @dataclass(frozen=True)
@@ -33,30 +33,6 @@ class Int8Result:
     qdq_removed_by_preset: list[str]
     notes: list[str]
     findings: list  # quant.lint.Finding: the result's Q/DQ placement checked against TensorRT's rules
-
-
-def _reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
-    """An onnxruntime CalibrationDataReader over our feeds that reports each step taken."""
-    from onnxruntime.quantization import CalibrationDataReader
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.index = 0
-
-        def get_next(self):
-            if self.index >= len(feeds):
-                return None
-            self.index += 1
-            on_step(self.index, len(feeds))
-            return feeds[self.index - 1]
-
-        def get_first(self):  # ModelOpt peeks at one feed to find the MHA shapes
-            return feeds[0]
-
-        def rewind(self):
-            self.index = 0
-
-    return Reader()
 
 
 def quantize_int8(
@@ -95,7 +71,7 @@ def quantize_int8(
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
                 quantize(
-                    onnx_path=str(copy), quantize_mode="int8", calibration_data_reader=_reader(feeds, on_step),
+                    onnx_path=str(copy), quantize_mode="int8", calibration_data_reader=calibration_reader(feeds, on_step),
                     calibration_method=calibration_method, calibration_eps=["cpu"], high_precision_dtype=high_precision_dtype,
                     op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
                     nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,

@@ -1,11 +1,13 @@
-"""Q/DQ lint: placements in any Q/DQ ONNX that TensorRT's rules say prevent a fusion.
+"""Q/DQ lint: placements in any Q/DQ ONNX (INT8, FP8, INT4) that TensorRT's rules say prevent a fusion.
 
-Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT issue 4397):
-- qdq-after-gemm: a Q/DQ between a GEMM/Conv (or its bias Add) and the bias Add, activation
-  or residual Add that would otherwise fuse into it;
-- residual-skip-not-quantized: a residual Add fed by a quantized GEMM whose other (skip)
-  input is not quantized, so the Add cannot fuse into the GEMM in INT8 (an Add feeding a
-  Softmax adds an attention mask to the scores: no residual);
+Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT issues 4397, 3861,
+4039, 4366). Which ops fuse into a GEMM/Conv and which run in float is the placement data of the
+model family's preset (quant/presets.py `PlacementRules`): the lint and the preset read the same.
+- qdq-after-gemm: a Q/DQ between a GEMM/Conv (or its bias Add; under the CNN rules its
+  BatchNormalization and activation) and the op that would otherwise fuse into it;
+- residual-skip-not-quantized: a residual Add fed by a quantized GEMM/Conv whose other (skip)
+  input is not quantized, so the Add cannot fuse into the GEMM/Conv (of two Conv outputs, one
+  must be quantized); an Add feeding a Softmax adds an attention mask: no residual;
 - qdq-into-float-region: a Q/DQ feeding LayerNormalization or Softmax, whose internals run
   in float inside the fused region;
 - attention-not-fusable: Q/DQ on attention MatMuls where fused INT8 attention is impossible
@@ -14,7 +16,11 @@ Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT is
 - weight-without-dq: a quantized GEMM/Conv whose weight is a float initializer with no
   DequantizeLinear between it and the layer;
 - concat-unequal-scales: a Concat of dequantized inputs with different scales (TensorRT
-  must requantize instead of fusing the Concat away).
+  must requantize instead of fusing the Concat away);
+- conv-weight-only: a Conv/ConvTranspose with a dequantized weight and a float input: TensorRT
+  has no weight-only convolution, it dequantizes the weight and runs the Conv in float;
+- int4-activation / int4-not-gemm: TensorRT's INT4 is weight-only and for MatMul/Gemm (and
+  Gather) weights: an INT4 Q of a computed tensor, or an INT4 weight feeding another op.
 """
 
 from __future__ import annotations
@@ -26,16 +32,22 @@ from typing import Any
 import numpy as np
 
 from quant.presets import (
-    ACTIVATION_OPS,
-    FLOAT_REGION_OPS,
+    CONV_OPS,
+    FAMILY_PRESET,
     FUSED_ATTENTION_HEAD_SIZES,
     FUSED_ATTENTION_MAX_SEQUENCE,
     GEMM_OPS,
-    attention_mask_adds,
+    PRESETS,
+    PlacementRules,
+    QdqGraph,
     attention_shapes,
+    model_family,
 )
 
-RULES = ("qdq-after-gemm", "residual-skip-not-quantized", "qdq-into-float-region", "attention-not-fusable", "weight-without-dq", "concat-unequal-scales")
+RULES = ("qdq-after-gemm", "residual-skip-not-quantized", "qdq-into-float-region", "attention-not-fusable", "weight-without-dq",
+         "concat-unequal-scales", "conv-weight-only", "int4-activation", "int4-not-gemm")
+INT4_TYPES = (21, 22)  # onnx.TensorProto.UINT4, INT4
+INT4_CONSUMERS = ("MatMul", "Gemm", "Gather", "Transpose", "Reshape", "Cast")
 
 
 @dataclass(frozen=True)
@@ -46,54 +58,29 @@ class Finding:
     suggestion: str
 
 
-class _Graph:
-    def __init__(self, model):
-        self.model = model
-        self.nodes = list(model.graph.node)
-        self.producer = {o: n for n in self.nodes for o in n.output}
-        self.consumers: dict[str, list] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
-        self.initializers = {i.name: i for i in model.graph.initializer}
-
-    def op(self, tensor: str) -> str | None:
-        node = self.producer.get(tensor)
-        return node.op_type if node is not None else None
-
-    def quantized_activation(self, tensor: str):
-        """(Q, DQ) when `tensor` is DQ(Q(x)), else None."""
-        dq = self.producer.get(tensor)
-        if dq is None or dq.op_type != "DequantizeLinear":
-            return None
-        q = self.producer.get(dq.input[0])
-        return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
-
-    def gemm_behind(self, tensor: str):
-        """The GEMM/Conv whose output `tensor` is, directly or after its bias Add."""
-        node = self.producer.get(tensor)
-        if node is not None and node.op_type == "Add":
-            node = next((self.producer[i] for i in node.input if self.op(i) in GEMM_OPS), None)
-        return node if node is not None and node.op_type in GEMM_OPS else None
-
+class _Graph(QdqGraph):
     def constant(self, tensor: str) -> np.ndarray | None:
-        if tensor in self.initializers:
-            from onnx import numpy_helper
+        from onnx import numpy_helper
 
+        if tensor in self.initializers:
             return numpy_helper.to_array(self.initializers[tensor])
         node = self.producer.get(tensor)
         if node is not None and node.op_type == "Constant":
-            from onnx import numpy_helper
-
             return numpy_helper.to_array(node.attribute[0].t)
         return None
 
+    def elem_type(self, tensor: str) -> int | None:
+        init = self.initializers.get(tensor)
+        return init.data_type if init is not None else None
 
-def lint_model(model, max_sequence: int | None = None) -> list[Finding]:
+
+def lint_model(model, max_sequence: int | None = None, rules: PlacementRules | None = None) -> list[Finding]:
+    """Findings under `rules` (default: the rules of the preset for the model's family)."""
+    rules = rules or PRESETS[FAMILY_PRESET[model_family(model)]].rules
     graph = _Graph(model)
     findings: list[Finding] = []
-    for check in (_qdq_after_gemm, _residual_skip, _float_region, _weights, _concat_scales):
-        findings += check(graph)
+    for check in (_qdq_after_gemm, _residual_skip, _float_region, _weights, _concat_scales, _conv_weight_only, _int4):
+        findings += check(graph, rules)
     findings += _attention(graph, model, max_sequence)
     return findings
 
@@ -104,51 +91,65 @@ def lint_file(path: Path, max_sequence: int | None = None) -> list[Finding]:
     return lint_model(load_onnx(path, weights=True), max_sequence)
 
 
-def _qdq_after_gemm(g: _Graph) -> list[Finding]:
+def _fusion(gemm) -> str:
+    return "Conv + BatchNorm + activation (+ residual Add)" if gemm.op_type in CONV_OPS else "GEMM + bias + activation / residual Add"
+
+
+def _preset_hint(rules: PlacementRules) -> str:
+    return next(name for name, p in PRESETS.items() if p.rules is rules and p.fusion_cleanup)
+
+
+def _qdq_after_gemm(g: _Graph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
-        if node.op_type not in ("Add", *ACTIVATION_OPS):
+        if node.op_type not in rules.epilogue_ops:
             continue
         for tensor in node.input:
             pair = g.quantized_activation(tensor)
-            gemm = g.gemm_behind(pair[0].input[0]) if pair else None
-            if gemm is not None:
-                q, dq = pair
-                out.append(Finding(
-                    "qdq-after-gemm", [gemm.name, q.name, dq.name, node.name],
-                    f"{q.name}/{dq.name} quantize the output of {gemm.op_type} {gemm.name} before {node.op_type} {node.name}, which would fuse into it",
-                    "remove this Q/DQ pair (TensorRT quantizes GEMM inputs, not outputs; preset trt-fusion does this)",
-                ))
-    return out
-
-
-def _residual_skip(g: _Graph) -> list[Finding]:
-    out = []
-    masks = set(attention_mask_adds(g.model))
-    for node in g.nodes:
-        if node.op_type != "Add" or len(node.input) != 2 or any(g.constant(i) is not None for i in node.input) or node.name in masks:
-            continue
-        for side in (0, 1):
-            gemm_tensor, skip = node.input[side], node.input[1 - side]
-            pair = g.quantized_activation(gemm_tensor)
-            gemm = g.gemm_behind(pair[0].input[0] if pair else gemm_tensor)
-            if gemm is None or g.gemm_behind(skip) is not None:
+            if pair is None or not g.rejected(rules, pair[0].input[0], node, tensor):
                 continue
-            if not any(g.quantized_activation(i) for i in gemm.input):
-                continue  # the GEMM itself runs in float
-            if g.quantized_activation(skip) is None:
-                out.append(Finding(
-                    "residual-skip-not-quantized", [gemm.name, node.name, skip],
-                    f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip}",
-                    "add a Q/DQ on the skip input so the Add fuses into the GEMM in INT8",
-                ))
+            gemm = g.gemm_behind(pair[0].input[0], rules.epilogue_ops, single_use=rules.residual_skip)
+            q, dq = pair
+            out.append(Finding(
+                "qdq-after-gemm", [gemm.name, q.name, dq.name, node.name],
+                f"{q.name}/{dq.name} quantize the output of {gemm.op_type} {gemm.name} before {node.op_type} {node.name}, which would fuse into it "
+                f"(prevents the {_fusion(gemm)} fusion)",
+                f"remove this Q/DQ pair (TensorRT quantizes GEMM/Conv inputs, not outputs; preset {_preset_hint(rules)} does this)",
+            ))
     return out
 
 
-def _float_region(g: _Graph) -> list[Finding]:
+def _residual_skip(g: _Graph, rules: PlacementRules) -> list[Finding]:
+    out = []
+    for node, gemms, floats in g.residual_adds(rules.epilogue_ops):
+        quantized = [g.quantized_activation(i) is not None for i in node.input]
+        if all(gemms):
+            if not any(quantized) and all(g.quantized_gemm(gemm) for gemm in gemms) and rules.residual_skip:
+                out.append(Finding(
+                    "residual-skip-not-quantized", [gemms[0].name, gemms[1].name, node.name],
+                    f"residual Add {node.name} adds the float outputs of two quantized convolutions {gemms[0].name} and {gemms[1].name}: "
+                    f"it fuses into neither (prevents the {_fusion(gemms[0])} fusion)",
+                    f"quantize one of its inputs (a Q/DQ on {floats[0]}) so the Add fuses into {gemms[1].name}; preset cnn does this",
+                ))
+            continue
+        side = 0 if gemms[0] is not None else 1
+        gemm, skip = gemms[side], node.input[1 - side]
+        if g.quantized_gemm(gemm) and not quantized[1 - side] and g.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
+            out.append(Finding(
+                "residual-skip-not-quantized", [gemm.name, node.name, skip],
+                f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "
+                f"(prevents the {_fusion(gemm)} fusion)",
+                "add a Q/DQ on the skip input (the one its tensor already has for the next layer, if any) so the Add fuses into the "
+                f"{gemm.op_type}; preset {_preset_hint(rules)} does this" if rules.residual_skip else
+                f"add a Q/DQ on the skip input so the Add fuses into the {gemm.op_type} in INT8",
+            ))
+    return out
+
+
+def _float_region(g: _Graph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
-        if node.op_type not in FLOAT_REGION_OPS:
+        if node.op_type not in rules.float_region_ops:
             continue
         pair = g.quantized_activation(node.input[0])
         if pair:
@@ -161,7 +162,7 @@ def _float_region(g: _Graph) -> list[Finding]:
     return out
 
 
-def _weights(g: _Graph) -> list[Finding]:
+def _weights(g: _Graph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type not in GEMM_OPS or len(node.input) < 2:
@@ -178,23 +179,62 @@ def _weights(g: _Graph) -> list[Finding]:
     return out
 
 
-def _concat_scales(g: _Graph) -> list[Finding]:
+def _concat_scales(g: _Graph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type != "Concat":
             continue
         scales = []
         for tensor in node.input:
-            dq = g.producer.get(tensor)
-            scale = g.constant(dq.input[1]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            pair = g.dequantized_through(tensor)
+            scale = g.constant(pair[1].input[1]) if pair else None
             scales.append(None if scale is None else float(np.asarray(scale).reshape(-1)[0]))
         known = [s for s in scales if s is not None]
         if len(known) >= 2 and not np.allclose(known, known[0], rtol=1e-6):
             out.append(Finding(
                 "concat-unequal-scales", [node.name],
-                f"Concat {node.name} joins dequantized inputs with scales {known}",
-                "give the inputs one shared scale (ModelOpt's concat_elimination pass) so TensorRT can drop the Concat",
+                f"Concat {node.name} joins dequantized inputs with scales {known}: TensorRT requantizes each input "
+                "instead of writing the producers' outputs into one buffer (prevents the Concat elimination)",
+                "give the inputs one shared scale (the largest; preset cnn does this, as ModelOpt's concat_elimination pass aims to)",
             ))
+    return out
+
+
+def _conv_weight_only(g: _Graph, rules: PlacementRules) -> list[Finding]:
+    out = []
+    for node in g.nodes:
+        if node.op_type not in CONV_OPS or len(node.input) < 2 or g.op(node.input[1]) != "DequantizeLinear":
+            continue
+        if g.quantized_activation(node.input[0]) is None:
+            out.append(Finding(
+                "conv-weight-only", [node.name, node.input[0]],
+                f"{node.op_type} {node.name} has a dequantized weight but a float input {node.input[0]}: TensorRT has no weight-only "
+                "convolution, so it runs the Conv in float (prevents the quantized Conv kernel and its fusions)",
+                f"add a Q/DQ on input {node.input[0]} (the Conv's activation), or leave its weight in float",
+            ))
+    return out
+
+
+def _int4(g: _Graph, rules: PlacementRules) -> list[Finding]:
+    import onnx
+
+    out = []
+    for node in g.nodes:
+        if node.op_type == "QuantizeLinear" and len(node.input) > 2 and g.elem_type(node.input[2]) in INT4_TYPES and g.constant(node.input[0]) is None:
+            out.append(Finding(
+                "int4-activation", [node.name, node.input[0]],
+                f"{node.name} quantizes the computed tensor {node.input[0]} to INT4: TensorRT's INT4 is weight-only (prevents building the engine)",
+                "quantize only weights to INT4 (ModelOpt quantize_mode='int4'); use INT8 or FP8 Q/DQ for activations",
+            ))
+        if node.op_type == "DequantizeLinear" and g.elem_type(node.input[0]) in INT4_TYPES:
+            for consumer in g.consumers.get(node.output[0], []):
+                if consumer.op_type not in INT4_CONSUMERS:
+                    out.append(Finding(
+                        "int4-not-gemm", [node.name, consumer.name],
+                        f"INT4 weight {node.input[0]} feeds {consumer.op_type} {consumer.name}: TensorRT's INT4 weight-only "
+                        f"quantization is for MatMul/Gemm ({onnx.TensorProto.DataType.Name(g.elem_type(node.input[0]))} weights elsewhere are not fused)",
+                        "quantize this weight to INT8/FP8 with its input, or leave it in float (ModelOpt int4 quantizes MatMul/Gemm only)",
+                    ))
     return out
 
 

@@ -16,17 +16,58 @@
   entropy calibration fails on it: "Too many bins for data range").
 - `gemm-only`: only MatMul/Gemm inputs (ModelOpt `op_types_to_quantize`), attention as in
   trt-fusion: the smallest placement, for when accuracy matters more than speed.
+- `cnn`: TensorRT's "Explicit Quantization" rules for convolutional networks: quantize the
+  inputs of Conv/ConvTranspose (depthwise ones too) and MatMul; no Q/DQ between a Conv and its
+  BatchNormalization, activation or residual Add (they fuse into the Conv); the residual Add
+  reads a quantized skip input, so it fuses into the Conv of the other input (where both
+  inputs are Conv outputs, exactly one is quantized); the inputs of a Concat share one scale,
+  so TensorRT can drop the Concat instead of requantizing.
+- `decoder`: the transformer rules, plus the parts of a decoder that stay in higher precision:
+  the lm_head GEMM (its logits feed sampling), norms and Softmax, and the KV cache inputs and
+  outputs (`past_key_values.*` / `present.*`).
+
+Each preset names the model family it is written for (`FAMILIES`); the lint reads the same
+data (`PlacementRules`), so what a preset places and what the lint accepts never disagree.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from pipeline.core.errors import InputError
 
 FUSED_ATTENTION_HEAD_SIZES = (16, 32, 64)
 FUSED_ATTENTION_MAX_SEQUENCE = 512
 GEMM_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
-ACTIVATION_OPS = ("Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "LeakyRelu", "Clip", "HardSigmoid", "Softplus")
+CONV_OPS = ("Conv", "ConvTranspose")
+ACTIVATION_OPS = ("Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "LeakyRelu", "Clip", "HardSigmoid", "Softplus", "HardSwish", "Mish", "Elu", "Selu", "PRelu")
 FLOAT_REGION_OPS = ("LayerNormalization", "Softmax")
+# Ops that fuse into the GEMM/Conv before them ("Explicit Quantization": Conv + BatchNorm + activation,
+# GEMM + bias): a GEMM's output read through any chain of these is still "the GEMM's output"
+EPILOGUE_OPS = ("BatchNormalization", *ACTIVATION_OPS)
+DATA_MOVEMENT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")  # FP8 Q/DQ may be split by these
+# Ops a DQ commutes with (TensorRT moves the DQ after them): a Concat input read through them is still quantized
+COMMUTING_OPS = ("Resize", "MaxPool", *DATA_MOVEMENT_OPS)
+
+FAMILIES = ("encoder", "decoder", "cnn")
+
+
+@dataclass(frozen=True)
+class PlacementRules:
+    """TensorRT's placement rules a preset applies and the lint checks (the one source of both)."""
+
+    epilogue_ops: tuple[str, ...]  # fuse into the GEMM/Conv before them: no Q/DQ in between
+    float_region_ops: tuple[str, ...]  # run in float inside a fused region: no Q/DQ on their input
+    residual_skip: bool  # quantize the skip input of a residual Add (moved onto an existing Q/DQ of that tensor)
+    share_concat_scales: bool  # the quantized inputs of a Concat get one scale (the largest)
+    keep_float: tuple[str, ...] = ()  # decoder parts left in higher precision: "lm_head", "kv_cache"
+
+
+TRANSFORMER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False)
+CNN_RULES = PlacementRules(("Add", *EPILOGUE_OPS), FLOAT_REGION_OPS, residual_skip=True, share_concat_scales=True)
+DECODER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False,
+                               keep_float=("lm_head", "kv_cache"))
 
 
 @dataclass(frozen=True)
@@ -36,14 +77,49 @@ class Preset:
     op_types_to_quantize: list[str] | None
     fusion_cleanup: bool  # drop the Q/DQ that TensorRT's fusion rules reject
     attention: str  # "modelopt" (ModelOpt decides) or "auto" (only where fused INT8 attention is possible)
+    family: str | None = None  # the model family it is written for (None: any)
+    rules: PlacementRules = TRANSFORMER_RULES
 
 
 PRESETS = {
     "trt-fusion": Preset("trt-fusion", "TensorRT's fusion rules: GEMM inputs and residual skip inputs; attention only if fusable", None, True, "auto"),
     "modelopt": Preset("modelopt", "ModelOpt's default placement, unchanged", None, False, "modelopt"),
     "gemm-only": Preset("gemm-only", "only MatMul/Gemm inputs; attention only if fusable", ["MatMul", "Gemm"], True, "auto"),
+    "cnn": Preset("cnn", "TensorRT's CNN rules: Conv/MatMul inputs, residual skip inputs, Conv+BN+activation unbroken, shared Concat scales",
+                  None, True, "auto", family="cnn", rules=CNN_RULES),
+    "decoder": Preset("decoder", "transformer rules; lm_head, norms, Softmax and KV cache I/O kept in higher precision",
+                      None, True, "auto", family="decoder", rules=DECODER_RULES),
 }
 DEFAULT_PRESET = "trt-fusion"
+FAMILY_PRESET = {"encoder": "trt-fusion", "decoder": "decoder", "cnn": "cnn"}
+KV_CACHE_NAME = re.compile(r"past|present|cache", re.IGNORECASE)
+
+
+def model_family(model) -> str:
+    """"decoder" (KV cache inputs/outputs, or a causal mask: Trilu), "encoder" (attention: a MatMul
+    reaching a Softmax), "cnn" (convolutions and no attention); a graph with none of these (an MLP)
+    counts as an encoder: the transformer rules are the GEMM rules."""
+    names = [v.name for v in [*model.graph.input, *model.graph.output]]
+    ops = {n.op_type for n in model.graph.node}
+    if any(KV_CACHE_NAME.search(name) for name in names) or "Trilu" in ops:
+        return "decoder"
+    if ops & set(CONV_OPS) and not attention_shapes(model):
+        return "cnn"
+    return "encoder"
+
+
+def check_family(preset: Preset, model) -> str:
+    """The model's family; a preset written for another family is one line naming the preset that fits."""
+    family = model_family(model)
+    if preset.family is not None and preset.family != family:
+        raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is a {family} "
+                         f"({_family_evidence(family)}): use --preset {FAMILY_PRESET[family]}")
+    return family
+
+
+def _family_evidence(family: str) -> str:
+    return {"decoder": "KV cache inputs/outputs or a causal mask", "cnn": "convolutions, no attention",
+            "encoder": "attention or plain GEMMs, no convolution-only body"}[family]
 
 
 @dataclass
@@ -151,12 +227,38 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     """ModelOpt arguments for a preset; decides attention quantization from the model's shapes."""
     if preset.attention == "modelopt":
         return PresetPlan(preset.op_types_to_quantize, False, ["attention Q/DQ as ModelOpt places them"])
+    check_family(preset, model)
     masks = attention_mask_adds(model)
     plan = _attention_plan(preset, model, max_sequence)
     plan.nodes_to_exclude = masks
     if masks:
         plan.notes.append(f"{len(masks)} attention-mask Add(s) before Softmax left in float")
+    kept = kept_float(preset.rules, model)
+    for part, names in kept.items():
+        plan.nodes_to_exclude += names
+        plan.notes.append(f"{part} left in higher precision: {len(names)} node(s)")
     return plan
+
+
+def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
+    """The nodes a decoder preset leaves unquantized, by part: the lm_head GEMM (the last GEMM
+    before the logits output) and the nodes that read a KV cache input or write a KV cache output."""
+    kept: dict[str, list[str]] = {}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    if "lm_head" in rules.keep_float:
+        heads = []
+        for output in model.graph.output:
+            node = producer.get(output.name)
+            while node is not None and node.op_type not in ("MatMul", "Gemm") and node.input:
+                node = producer.get(node.input[0])
+            if node is not None and node.op_type in ("MatMul", "Gemm") and not KV_CACHE_NAME.search(output.name):
+                heads.append(node.name)
+        kept["lm_head"] = sorted(set(heads))
+    if "kv_cache" in rules.keep_float:
+        cache_in = {i.name for i in model.graph.input if KV_CACHE_NAME.search(i.name)}
+        cache_out = {o.name for o in model.graph.output if KV_CACHE_NAME.search(o.name)}
+        kept["kv_cache"] = [n.name for n in model.graph.node if set(n.input) & cache_in or set(n.output) & cache_out]
+    return {part: names for part, names in kept.items() if names}
 
 
 def _attention_plan(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
@@ -175,46 +277,194 @@ def _attention_plan(preset: Preset, model, max_sequence: int | None) -> PresetPl
 def apply_preset(preset: Preset, model) -> list[str]:
     """Edit ModelOpt's Q/DQ graph in place; return the names of the Q/DQ nodes removed.
 
-    A consumer reads the float tensor instead of DQ(Q(x)) when TensorRT's rules reject the Q/DQ
+    A consumer reads the float tensor instead of DQ(Q(x)) when the preset's rules reject the Q/DQ
     on that edge, or when the preset quantizes only some op types and the consumer is another
-    (ModelOpt shares one Q/DQ between the QKV GEMMs and the residual Add)."""
+    (ModelOpt shares one Q/DQ between the QKV GEMMs and the residual Add). With the CNN rules a
+    residual Add's skip input is moved onto the Q/DQ its tensor already has (for the next Conv),
+    and a Concat's quantized inputs get one scale."""
     if not preset.fusion_cleanup:
         return []
-    producer = {o: n for n in model.graph.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    rules = preset.rules
+    if rules.residual_skip:
+        _quantize_residual_skips(QdqGraph(model))
+    graph = QdqGraph(model)  # after the residual edits: a Q/DQ they left unread is found unread here
+    outputs = {o.name for o in model.graph.output}
     removed: list[str] = []
     for dq in [n for n in model.graph.node if n.op_type == "DequantizeLinear"]:
-        q = producer.get(dq.input[0])
-        if q is None or q.op_type != "QuantizeLinear":
+        pair = graph.quantized_activation(dq.output[0])
+        if pair is None:
             continue  # a weight's DQ: TensorRT needs it
-        source = q.input[0]
-        for consumer in list(consumers.get(dq.output[0], [])):
-            other_type = preset.op_types_to_quantize is not None and consumer.op_type not in preset.op_types_to_quantize
-            if other_type or _rejected(source, consumer, producer):
-                consumer.input[list(consumer.input).index(dq.output[0])] = source
-                consumers[dq.output[0]].remove(consumer)
-        if not consumers.get(dq.output[0]) and dq.output[0] not in {o.name for o in model.graph.output}:
-            if not [c for c in consumers.get(q.output[0], []) if c is not dq]:
+        q = pair[0]
+        moves = graph.moves_between(q, dq)
+        readers = list(graph.consumers.get(dq.output[0], []))
+        rejected = [c for c in readers if (preset.op_types_to_quantize is not None and c.op_type not in preset.op_types_to_quantize)
+                    or graph.rejected(rules, q.input[0], c, dq.output[0])]
+        if moves:  # Q -> Transpose/Reshape -> DQ (FP8): only a whole pair goes, the data movement stays, in float
+            if rejected != readers or dq.output[0] in outputs or not graph.single_path(q, dq):
+                continue
+            moves[0].input[list(moves[0].input).index(q.output[0])] = q.input[0]
+            source = moves[-1].output[0]
+        else:
+            source = q.input[0]
+        for consumer in rejected:
+            consumer.input[list(consumer.input).index(dq.output[0])] = source
+            graph.consumers[dq.output[0]].remove(consumer)
+        if not graph.consumers.get(dq.output[0]) and dq.output[0] not in outputs:
+            if moves or not [c for c in graph.consumers.get(q.output[0], []) if c is not dq]:
                 model.graph.node.remove(dq)
                 model.graph.node.remove(q)
                 removed += [q.name, dq.name]
+    if rules.share_concat_scales:
+        share_concat_scales(QdqGraph(model))
     return removed
 
 
-def _rejected(source: str, consumer, producer: dict) -> bool:
-    """TensorRT's rules reject a Q/DQ on this edge: a GEMM's output before its bias Add,
-    activation or residual Add, or the input of a float region (LayerNorm, Softmax)."""
-    if consumer.op_type in FLOAT_REGION_OPS:
+class QdqGraph:
+    """Producer/consumer maps of a Q/DQ graph and the questions the presets and the lint ask of it."""
+
+    def __init__(self, model):
+        self.model = model
+        self.nodes = list(model.graph.node)
+        self.producer = {o: n for n in self.nodes for o in n.output}
+        self.consumers: dict[str, list] = {}
+        for node in self.nodes:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.initializers = {i.name: i for i in model.graph.initializer}
+
+    def op(self, tensor: str) -> str | None:
+        node = self.producer.get(tensor)
+        return node.op_type if node is not None else None
+
+    def quantized_activation(self, tensor: str):
+        """(Q, DQ) when `tensor` is DQ(Q(x)), also with data movement between them (ModelOpt's FP8
+        MHA places Q -> Transpose -> DQ); else None. A DQ of a constant (a weight) is not an activation."""
+        dq = self.producer.get(tensor)
+        if dq is None or dq.op_type != "DequantizeLinear":
+            return None
+        q = self.producer.get(dq.input[0])
+        while q is not None and q.op_type in DATA_MOVEMENT_OPS:
+            q = self.producer.get(q.input[0])
+        return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
+
+    def moves_between(self, q, dq) -> list:
+        """The data movement nodes from `q` to `dq` (Q -> Transpose -> DQ), in graph order; [] when DQ reads Q."""
+        moves, node = [], self.producer.get(dq.input[0])
+        while node is not None and node is not q:
+            moves.insert(0, node)
+            node = self.producer.get(node.input[0])
+        return moves
+
+    def single_path(self, q, dq) -> bool:
+        """Every tensor from `q` to `dq` is read once (by the next node): the pair can go without touching another reader."""
+        return all(len(self.consumers.get(node.output[0], [])) == 1 for node in [q, *self.moves_between(q, dq)])
+
+    def dequantized_through(self, tensor: str):
+        """`quantized_activation` of `tensor` or of the input of the ops it comes through that a DQ commutes
+        with (nearest Resize, MaxPool, data movement): ModelOpt quantizes before an Upsample, not after."""
+        node = self.producer.get(tensor)
+        while node is not None and node.op_type in COMMUTING_OPS:
+            tensor, node = node.input[0], self.producer.get(node.input[0])
+        return self.quantized_activation(tensor)
+
+    def gemm_behind(self, tensor: str, epilogue: tuple[str, ...] = ("Add",), single_use: bool = False):
+        """The GEMM/Conv whose output `tensor` is, directly or through ops that fuse into it (`epilogue`:
+        its bias Add; BatchNormalization and activations under the CNN rules). `single_use`: only if every
+        tensor on the way has one consumer (a Conv whose output also feeds another layer cannot take an Add)."""
+        node = self.producer.get(tensor)
+        chain = [tensor]
+        for _ in range(4):
+            if node is None or node.op_type not in epilogue:
+                break
+            if node.op_type == "Add":
+                chain.append(next((i for i in node.input if self.op(i) in GEMM_OPS), ""))
+            else:
+                chain.append(node.input[0])
+            node = self.producer.get(chain[-1])
+        if node is None or node.op_type not in GEMM_OPS:
+            return None
+        if single_use and any(len(self.consumers.get(t, [])) != 1 for t in chain):
+            return None
+        return node
+
+    def quantized_gemm(self, gemm) -> bool:
+        """Its activation input is quantized."""
+        return any(self.quantized_activation(i) for i in gemm.input[:1])
+
+    def dq_of(self, tensor: str) -> str | None:
+        """The output of an existing DQ(Q(tensor)) (a Q/DQ placed for another consumer), if any."""
+        for q in self.consumers.get(tensor, []):
+            if q.op_type != "QuantizeLinear":
+                continue
+            for dq in self.consumers.get(q.output[0], []):
+                if dq.op_type == "DequantizeLinear":
+                    return dq.output[0]
+        return None
+
+    def residual_adds(self, epilogue: tuple[str, ...]):
+        """(Add, [GEMM behind each input or None], [float tensor of each input]) for Adds of two computed
+        tensors of which at least one is a GEMM/Conv output (mask Adds before Softmax excluded)."""
+        masks = set(attention_mask_adds(self.model))
+        for node in self.nodes:
+            if node.op_type != "Add" or len(node.input) != 2 or node.name in masks:
+                continue
+            if any(i in self.initializers or self.op(i) == "Constant" for i in node.input):
+                continue
+            floats = [pair[0].input[0] if (pair := self.quantized_activation(i)) else i for i in node.input]
+            gemms = [self.gemm_behind(t, epilogue, single_use=True) for t in floats]
+            if any(gemms):
+                yield node, gemms, floats
+
+    def rejected(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> bool:
+        """The rules reject a Q/DQ on this edge: the input of a float region, or a GEMM/Conv output
+        before an op that fuses into it, except the one quantized input of a residual Add whose other
+        input is the float output of another GEMM/Conv (that GEMM takes the Add)."""
+        if consumer.op_type in rules.float_region_ops:
+            return True
+        if consumer.op_type not in rules.epilogue_ops or self.gemm_behind(source, rules.epilogue_ops, single_use=rules.residual_skip) is None:
+            return False
+        if consumer.op_type == "Add" and rules.residual_skip:
+            other = [i for i in consumer.input if i != dq_output]
+            return not (other and self.quantized_activation(other[0]) is None and self.gemm_behind(other[0], rules.epilogue_ops, single_use=True) is not None)
         return True
-    return consumer.op_type in ("Add", *ACTIVATION_OPS) and _from_gemm(source, producer)
 
 
-def _from_gemm(tensor: str, producer: dict) -> bool:
-    """The tensor is a GEMM/Conv output, possibly after its bias Add."""
-    node = producer.get(tensor)
-    if node is not None and node.op_type == "Add":
-        node = next((producer.get(i) for i in node.input if producer.get(i) is not None and producer.get(i).op_type in GEMM_OPS), None)
-    return node is not None and node.op_type in GEMM_OPS
+def _quantize_residual_skips(graph: QdqGraph) -> None:
+    """Each residual Add of a Conv output and an unquantized skip reads the skip through the Q/DQ
+    that tensor already has; of two quantized Conv outputs, the first is read in float."""
+    epilogue = CNN_RULES.epilogue_ops
+    for add, gemms, floats in list(graph.residual_adds(epilogue)):
+        pairs = [graph.quantized_activation(i) for i in add.input]
+        if all(gemms):
+            if all(pairs):
+                add.input[0] = floats[0]
+            continue
+        skip = 1 if gemms[0] is not None else 0
+        if pairs[skip] is None and (shared := graph.dq_of(add.input[skip])) is not None:
+            add.input[skip] = shared
+
+
+def share_concat_scales(graph: QdqGraph) -> list[str]:
+    """Give the Q/DQ pairs feeding each Concat (all inputs quantized, per-tensor scales) the largest
+    of their scales, so TensorRT can drop the Concat; returns the Concats changed."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    changed = []
+    for concat in (n for n in graph.nodes if n.op_type == "Concat"):
+        pairs = [graph.dequantized_through(i) for i in concat.input]
+        if not pairs or not all(pairs):
+            continue
+        scales = [graph.initializers.get(dq.input[1]) for _, dq in pairs]
+        if any(s is None or len(s.dims) for s in scales):
+            continue
+        values = [numpy_helper.to_array(s) for s in scales]
+        if len({float(v) for v in values}) == 1:
+            continue
+        shared = numpy_helper.from_array(np.asarray(max(values, key=float), dtype=values[0].dtype), f"{concat.name}_shared_scale")
+        graph.model.graph.initializer.append(shared)
+        graph.initializers[shared.name] = shared
+        for q, dq in pairs:
+            q.input[1] = dq.input[1] = shared.name
+        changed.append(concat.name)
+    return changed

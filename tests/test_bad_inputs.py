@@ -135,6 +135,9 @@ def library(tmp_path_factory) -> Path:
     (root / "seed.toml").write_text(_profile("factories:tiny_mlp", f"seed = {2**70}"))
     (root / "\x1b]0;evil\x07.onnx").write_bytes(b"")
     _jobs_files(root)
+    _conv_only(root / "conv.onnx")
+    (root / "conv.toml").write_text(CONV_PROFILE)
+    (root / "convnext.toml").write_text(CONVNEXT_PROFILE)
     return root
 
 
@@ -237,6 +240,18 @@ CASES = {
     # issue 28: a model onnx_ir cannot represent (onnxruntime's own sample, ZipMap's map-typed output)
     "optimize a map-typed model": Case(("optimize", str(ORT_LOGREG_IRIS), "-o", "out.onnx"),
                                        "optimize cannot read this model (Map types are not supported yet); use it unoptimized"),
+    # issue 25: the fp8 / int4 stages and the family presets through the CLI
+    "quantize --int4 on a model with no eligible weights": Case(("quantize", "conv.onnx", "--int4", "--profile", "conv.toml", "-o", "out.onnx"),
+                                                                "has no MatMul/Gemm with a constant 2-D weight, and INT4 is weight-only for those: use --int8 or --fp8"),
+    "build --int4 on a model with no eligible weights": Case(("build", "--profile", "conv.toml", "--onnx", "conv.onnx", "--int4", "--out", "o"),
+                                                             "has no MatMul/Gemm with a constant 2-D weight", new_files=("o", "o/manifest.json", "o/model.opt.onnx")),
+    "quantize --fp8 with a decoder preset on a CNN": Case(("quantize", "conv.onnx", "--fp8", "--preset", "decoder", "--profile", "conv.toml", "-o", "out.onnx"),
+                                                          "--preset decoder is written for decoder models, but this model is a cnn (convolutions, no attention): use --preset cnn"),
+    "build --fp8 with the cnn preset on an MLP": Case(("build", "--profile", "tiny.toml", "--fp8", "--preset", "cnn", "--until", "fp8", "--out", "o"),
+                                                      "--preset cnn is written for cnn models, but this model is a encoder", new_files=("o", "o/manifest.json", "o/model.onnx", "o/model.opt.onnx")),
+    "quantize --fp8 without a profile": Case(("quantize", "good.onnx", "--fp8", "-o", "out.onnx"), "quantize --fp8 needs --profile NAME"),
+    "quantize --fp8 with --int4": Case(("quantize", "good.onnx", "--fp8", "--int4", "-o", "out.onnx"), "--fp8 and --int4 make different models"),
+    "hf_config the model cannot use": Case(("export", "--profile", "convnext.toml", "-o", "m.onnx"), "hf_config: transformers cannot build a convnext model"),
 }
 
 
@@ -361,3 +376,70 @@ def test_bad_input_gets_one_line_and_touches_nothing(name, workdir):
 
 def test_the_battery_is_large_enough():
     assert len(CASES) >= 60
+
+
+# ------------------------------------------------------------------ fp8 / int4 / presets (issue 25), through the library
+# entries (the CLI cases are in CASES): one InputError line, nothing written, the input untouched. The CLI never asks
+# for an opset below 21 (the stage writes FP8 at max(21, the model's)), so that case is the library's alone.
+
+CONV_PROFILE = 'name = "conv"\n[model]\nonnx = "conv.onnx"\n[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [1, 3, 8, 8]\n'
+# ConvNeXt with two depths but num_stages left at its default 4: transformers raised IndexError building it
+CONVNEXT_PROFILE = """name = "convnext"
+[model]
+[model.hf_config]
+model_type = "convnext"
+hidden_sizes = [16, 32]
+depths = [1, 1]
+[[inputs]]
+name = "pixel_values"
+dtype = "float32"
+shape = [1, 3, 32, 32]
+"""
+
+def _conv_only(path: Path, opset: int = 20) -> Path:
+    """A one-Conv model: no MatMul/Gemm weight for INT4, a CNN for the presets."""
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10), str(path))
+    return path
+
+
+def _mlp(path: Path) -> Path:
+    weight = numpy_helper.from_array(np.ones((8, 16), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10), str(path))
+    return path
+
+
+IMAGES = {"x": np.zeros((2, 3, 8, 8), np.float32)}
+ROWS = {"x": np.zeros((2, 8), np.float32)}
+
+
+@pytest.mark.parametrize("case, build, call, message", [
+    ("int4 on a graph with no eligible weight", _conv_only,
+     lambda src, dst: __import__("quant.int4", fromlist=["x"]).quantize_int4(src, dst, IMAGES, 1, [IMAGES]),
+     r"int4: .* has no MatMul/Gemm with a constant 2-D weight, and INT4 is weight-only for those: use --int8 or --fp8"),
+    ("fp8 with an opset below 21", _mlp,
+     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, ROWS, 1, [ROWS], opset=19),
+     r"fp8: opset 19 is below 21, .*pass opset >= 21 or leave it unset"),
+    ("a preset for another model family", _conv_only,
+     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, IMAGES, 1, [IMAGES], preset_name="decoder"),
+     r"--preset decoder is written for decoder models, but this model is a cnn .*: use --preset cnn"),
+    ("calibration smaller than one batch", _mlp,
+     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, ROWS, 4, [ROWS]),
+     r"fp8: 2 calibration sample\(s\), max calibration needs at least 4 .*pass more samples"),
+])
+def test_quant_entry_bad_input(tmp_path, case, build, call, message):
+    from pipeline.core.errors import InputError
+
+    source = build(tmp_path / "model.onnx")
+    before = hashlib.sha256(source.read_bytes()).hexdigest()
+    with pytest.raises(InputError, match=message) as raised:
+        call(source, tmp_path / "out.onnx")
+    assert "\n" not in str(raised.value), case
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]
+    assert hashlib.sha256(source.read_bytes()).hexdigest() == before

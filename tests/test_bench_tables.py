@@ -2,12 +2,15 @@
 
 import importlib.util
 import json
+import sys
 
 import pytest
 from conftest import REPO
 
 
 def bench_module(name: str):
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))  # the bench scripts import their shared readme_tables
     spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

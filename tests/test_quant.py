@@ -31,7 +31,7 @@ def bert_tiny_opt(bert_tiny_torchscript, tmp_path_factory):
 def quantized(bert_tiny_opt, tmp_path_factory):
     folder, calibration = tmp_path_factory.mktemp("int8"), synthetic(load_profile("bert-tiny"), 8)
     models = {}
-    for preset in PRESETS:
+    for preset in [name for name, p in PRESETS.items() if p.family is None]:  # the family presets refuse bert-tiny (an encoder)
         with captured():
             quantize_int8(bert_tiny_opt, folder / f"{preset}.onnx", calibration, 1, preset, "fp32")
         models[preset] = onnx.load(str(folder / f"{preset}.onnx"))

@@ -12,7 +12,7 @@ from pipeline.core.manifest import Manifest
 from pipeline.core.profiles import load_profile
 from pipeline.runner import Context, Runner, Stage, StageResult
 from pipeline.settings import REGISTRY, Settings, UndeclaredSetting
-from pipeline.stages import EXPORT, FP16, INT8, OPTIMIZE, STAGES
+from pipeline.stages import BF16, EXPORT, FP8, FP16, INT4, INT8, OPTIMIZE, STAGES
 
 CPU_STAGES = [EXPORT, OPTIMIZE, FP16, INT8]
 BASE_OPTIONS = {"fp16": True, "int8": True}
@@ -52,6 +52,10 @@ CHANGES = {
     "quant.accuracy_samples": (lambda p, d: changed(p, quant={"accuracy_samples": 3}), NONE),
     "quant.min_cosine_fp16": (lambda p, d: changed(p, quant={"min_cosine_fp16": 0.99}), NONE),
     "quant.min_cosine_int8": (lambda p, d: changed(p, quant={"min_cosine_int8": 0.98}), NONE),
+    "quant.min_cosine_fp8": (lambda p, d: changed(p, quant={"min_cosine_fp8": 0.98}), NONE),
+    "quant.min_cosine_int4": (lambda p, d: changed(p, quant={"min_cosine_int4": 0.97}), NONE),
+    "quant.min_cosine_bf16": (lambda p, d: changed(p, quant={"min_cosine_bf16": 0.98}), NONE),
+    "quant.int4_method": (lambda p, d: changed(p, quant={"int4_method": "rtn_dq"}), NONE),
     "quant.fp16_exclude_op_types": (lambda p, d: changed(p, quant={"fp16_exclude_op_types": ["Gelu"]}), NONE),
     "quant.fp16_exclude_nodes": (lambda p, d: changed(p, quant={"fp16_exclude_nodes": ["no_such_node"]}), NONE),
     "build.verbosity": (lambda p, d: p, lambda d: {"verbosity": "layer_names_only"}),
@@ -87,10 +91,10 @@ def test_a_setting_changes_the_key_of_exactly_the_stages_that_read_it(tiny, name
     assert moved == {stage.name for stage in STAGES if name in stage.reads}
 
 
-def run(profile, folder, options):
+def run(profile, folder, options, stages=CPU_STAGES):
     ctx = Context(profile, folder, Manifest.load_or_new(folder / "manifest.json", profile.name), dict(options))
     with open(folder / "console.txt", "a") as console:
-        return {r.name: r for r in Runner(ctx, Console(file=console, width=200)).run(CPU_STAGES)}
+        return {r.name: r for r in Runner(ctx, Console(file=console, width=200)).run(stages)}
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +161,60 @@ def test_quantize_and_build_give_the_same_model(tiny, first_run, tmp_path, preci
     result = CliRunner().invoke(app, ["quantize", str(first_run / "model.opt.onnx"), "-o", str(output), f"--{precision}", "--profile", str(folder / "p.toml")])
     assert result.exit_code == 0, result.output
     assert output.read_bytes() == (first_run / f"model.{precision}.onnx").read_bytes()
+
+
+# the fp8 / int4 / bf16 stages (issue 25): their own first run, and a rerun for each setting only they read
+NEW_STAGES = [EXPORT, OPTIMIZE, FP8, INT4, BF16]
+NEW_OPTIONS = {"fp8": True, "int4": True, "bf16": True}
+
+
+# a sequence dim: the Linears export as MatMul (AWQ's INT4 leaves a Gemm with transB=1 in float)
+SEQUENCE_PROFILE = PROFILE.replace('shape = ["batch", 8]', 'shape = ["batch", 2, 8]')
+
+
+@pytest.fixture(scope="module")
+def tiny_sequence(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sequence")
+    return load_profile(str(write_profile(folder, SEQUENCE_PROFILE))), folder
+
+
+@pytest.fixture(scope="module")
+def new_run(tiny_sequence, tmp_path_factory):
+    profile, _ = tiny_sequence
+    out = tmp_path_factory.mktemp("new")
+    records = run(profile, out, NEW_OPTIONS, NEW_STAGES)
+    assert {r.status for r in records.values()} == {"done"}, {n: r.reason for n, r in records.items()}
+    return out
+
+
+@pytest.mark.parametrize("name", ["quant.min_cosine_fp8", "quant.min_cosine_int4", "quant.min_cosine_bf16", "quant.int4_method", "quant.preset"])
+def test_changing_a_new_precision_setting_reruns_exactly_its_stage(tiny_sequence, new_run, tmp_path, name):
+    profile, folder = tiny_sequence
+    out = tmp_path / "out"
+    shutil.copytree(new_run, out)
+    edit_profile, edit_options = CHANGES[name]
+    records = run(edit_profile(profile, folder), out, {**NEW_OPTIONS, **edit_options(folder)}, NEW_STAGES)
+    for stage in NEW_STAGES:
+        record = records[stage.name]
+        if name in stage.reads:
+            assert record.status == "done" and f"setting {name}" in record.reason, (stage.name, record.reason)
+        else:
+            assert record.status == "cached", (stage.name, record.status, record.reason)
+    assert sum(name in stage.reads for stage in NEW_STAGES) == 1
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int4", "bf16"])
+def test_quantize_and_build_give_the_same_new_precision_model(tiny_sequence, new_run, tmp_path, precision):
+    """quantize --fp8/--int4/--bf16 call the stages' own entries: the same bytes as the build wrote."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    _, folder = tiny_sequence
+    output = tmp_path / f"q.{precision}.onnx"
+    result = CliRunner().invoke(app, ["quantize", str(new_run / "model.opt.onnx"), "-o", str(output), f"--{precision}", "--profile", str(folder / "p.toml")])
+    assert result.exit_code == 0, result.output
+    assert output.read_bytes() == (new_run / f"model.{precision}.onnx").read_bytes()
 
 
 def test_a_library_failing_on_a_valid_model_is_a_failed_stage(tiny, first_run, tmp_path, monkeypatch):

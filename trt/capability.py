@@ -66,3 +66,28 @@ def _mount(path: Path, here: Path, mounts: list[Path]) -> None:
     folder = path if path.is_dir() else path.parent
     if _inside(folder, here) is None and not any(folder == m or m in folder.parents for m in mounts):
         mounts.append(folder)
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The first GPU's compute capability (nvidia-smi's `compute_cap`), or None without a GPU or driver tool."""
+    import subprocess
+
+    if not cuda_device_present():
+        return None
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True, text=True,
+                              timeout=30, check=True).stdout.split()
+        major, minor = text[0].split(".")
+        return int(major), int(minor)
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
+
+
+def below_compute_capability(precision: str, required: tuple[int, int], found: tuple[int, int] | None) -> str | None:
+    """Why `precision` engines cannot be built here (the GPU is absent or older than `required`), or None."""
+    need = ".".join(map(str, required))
+    if found is None:
+        return f"{precision} engines need a GPU of compute capability {need}+ (Ada, Hopper, Blackwell); no GPU's capability could be read here"
+    if found < required:
+        return f"{precision} engines need a GPU of compute capability {need}+ (Ada, Hopper, Blackwell); this GPU is {found[0]}.{found[1]}"
+    return None

@@ -27,6 +27,9 @@ class StageName(str, Enum):
     optimize = "optimize"
     fp16 = "fp16"
     int8 = "int8"
+    fp8 = "fp8"
+    int4 = "int4"
+    bf16 = "bf16"
     build = "build"
     report = "report"
     diff = "diff"
@@ -43,6 +46,8 @@ class PresetName(str, Enum):
     trt_fusion = "trt-fusion"
     modelopt = "modelopt"
     gemm_only = "gemm-only"
+    cnn = "cnn"
+    decoder = "decoder"
 
 
 @app.command(
@@ -53,7 +58,8 @@ class PresetName(str, Enum):
         "  python -m pipeline build\n\n"
         "  python -m pipeline build --profile my_model.toml --out runs/a --force\n\n"
         "  python -m pipeline build --onnx model.onnx --profile bert-tiny\n\n"
-        "  python -m pipeline build --fp16 --int8 --preset trt-fusion"
+        "  python -m pipeline build --fp16 --int8 --preset trt-fusion\n\n"
+        "  python -m pipeline build --profile hf-resnet-tiny --fp8 --int4 --preset cnn"
     )
 )
 def build(
@@ -61,9 +67,12 @@ def build(
     onnx: Annotated[Optional[Path], typer.Option(help="Start from this ONNX file instead of exporting.")] = None,
     fp16: Annotated[bool, typer.Option("--fp16", help="Produce model.fp16.onnx (ModelOpt AutoCast).")] = False,
     int8: Annotated[bool, typer.Option("--int8", help="Produce model.int8.onnx (ModelOpt Q/DQ) and lint its placement.")] = False,
+    fp8: Annotated[bool, typer.Option("--fp8", help="Produce model.fp8.onnx (ModelOpt FP8 Q/DQ, opset >= 21); its engine needs a GPU of compute capability 8.9+.")] = False,
+    int4: Annotated[bool, typer.Option("--int4", help="Produce model.int4.onnx (ModelOpt weight-only INT4 for MatMul/Gemm weights).")] = False,
+    bf16: Annotated[bool, typer.Option("--bf16", help="Produce model.bf16.onnx (ModelOpt AutoCast to BF16).")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
-    preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
-    min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8].")] = None,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
+    min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8/FP8/BF16, 0.98 INT4].")] = None,
     verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
     weak_fp16: Annotated[bool, typer.Option("--weak-fp16", help="TensorRT 10.x only: also let the builder pick FP16 kernels (legacy weak typing).")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default: artifacts/<profile>].")] = None,
@@ -80,7 +89,7 @@ def build(
     from pipeline.stages import build_plan
     from pipeline.summary import print_next_steps, shown_path
 
-    _check_build_flags(fp16, int8, calib, preset, min_cosine)
+    _check_build_flags({"fp16": fp16, "int8": int8, "fp8": fp8, "int4": int4, "bf16": bf16}, calib, preset, min_cosine)
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     out_console = stdout_console()
@@ -98,7 +107,7 @@ def build(
         manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
         if manifest.profile != loaded.name:
             raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
-        options = {"onnx": onnx, "fp16": fp16, "int8": int8, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
+        options = {"onnx": onnx, "fp16": fp16, "int8": int8, "fp8": fp8, "int4": int4, "bf16": bf16, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
         ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
         records = Runner(ctx, out_console, force=force, strict=strict).run(build_plan(options), until=until.value if until else None)
@@ -153,7 +162,8 @@ def _docker_hint(profile, options: dict, out: Path) -> str:
     arguments: list[str | Path] = ["build", "--profile", profile_argument(profile)]
     if options.get("onnx"):
         arguments += ["--onnx", Path(options["onnx"])]
-    arguments += [flag for key, flag in (("fp16", "--fp16"), ("int8", "--int8"), ("weak_fp16", "--weak-fp16")) if options.get(key)]
+    arguments += [flag for key, flag in (("fp16", "--fp16"), ("int8", "--int8"), ("fp8", "--fp8"), ("int4", "--int4"), ("bf16", "--bf16"),
+                                                          ("weak_fp16", "--weak-fp16")) if options.get(key)]
     if options.get("calib"):
         arguments += ["--calib", Path(options["calib"])]
     for key, flag in (("preset", "--preset"), ("min_cosine", "--min-cosine"), ("verbosity", "--verbosity")):
@@ -163,14 +173,14 @@ def _docker_hint(profile, options: dict, out: Path) -> str:
     return docker_command([*arguments, "--out", out, "--strict"], also_mount=[model] if model else [])
 
 
-def _check_build_flags(fp16: bool, int8: bool, calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
+def _check_build_flags(precisions: dict[str, bool], calib: Optional[Path], preset: Optional["PresetName"], min_cosine: Optional[float]) -> None:
     """Options that only a stage not requested would read are mistakes, not silently ignored."""
-    if calib is not None and not int8:
-        raise PipelineError("--calib is calibration data for the INT8 stage, which this build does not run; add --int8 or drop --calib")
-    if preset is not None and not int8:
-        raise PipelineError("--preset chooses the INT8 Q/DQ placement, which this build does not run; add --int8 or drop --preset")
-    if min_cosine is not None and not (fp16 or int8):
-        raise PipelineError("--min-cosine is the accuracy gate of the FP16/INT8 stages, which this build does not run; add --fp16/--int8 or drop it")
+    if calib is not None and not (precisions["int8"] or precisions["fp8"] or precisions["int4"]):
+        raise PipelineError("--calib is calibration data for the INT8 stage (and the FP8/INT4 ones), which this build does not run; add --int8, --fp8 or --int4, or drop --calib")
+    if preset is not None and not (precisions["int8"] or precisions["fp8"]):
+        raise PipelineError("--preset chooses the INT8 Q/DQ placement (and the FP8 one), which this build does not run; add --int8 or --fp8, or drop --preset")
+    if min_cosine is not None and not any(precisions.values()):
+        raise PipelineError("--min-cosine is the accuracy gate of the FP16/INT8/FP8/INT4/BF16 stages, which this build does not run; add one or drop it")
 
 
 @app.command(
@@ -265,11 +275,13 @@ def optimize(
 @app.command(
     help=(
         "Produce an FP16 (ModelOpt AutoCast) or INT8 (ModelOpt Q/DQ, calibrated) model from an ONNX file; with "
-        "both flags, an INT8 model whose float parts are FP16. Calibration: --calib FILE.npz, or synthetic samples "
+        "both flags, an INT8 model whose float parts are FP16. --fp8 (FP8 Q/DQ), --int4 (weight-only INT4) and --bf16 "
+        "(AutoCast to BF16) call the build's stages of those names. Calibration: --calib FILE.npz, or synthetic samples "
         "from --profile.\n\n"
         "Examples:\n\n"
         "  python -m pipeline quantize model.opt.onnx -o model.fp16.onnx --fp16\n\n"
-        "  python -m pipeline quantize model.opt.onnx -o model.int8.onnx --int8 --calib calib.npz --preset trt-fusion"
+        "  python -m pipeline quantize model.opt.onnx -o model.int8.onnx --int8 --calib calib.npz --preset trt-fusion\n\n"
+        "  python -m pipeline quantize model.opt.onnx -o model.fp8.onnx --fp8 --profile hf-vit-tiny"
     )
 )
 def quantize(
@@ -277,45 +289,93 @@ def quantize(
     output: Annotated[Path, typer.Option("--output", "-o", help="ONNX file to write.")],
     fp16: Annotated[bool, typer.Option("--fp16", help="FP16 (alone) or FP16 float parts (with --int8).")] = False,
     int8: Annotated[bool, typer.Option("--int8", help="INT8 Q/DQ.")] = False,
+    fp8: Annotated[bool, typer.Option("--fp8", help="FP8 Q/DQ (opset >= 21), gated on accuracy; needs --profile.")] = False,
+    int4: Annotated[bool, typer.Option("--int4", help="Weight-only INT4 for MatMul/Gemm weights, gated on accuracy; needs --profile.")] = False,
+    bf16: Annotated[bool, typer.Option("--bf16", help="BF16 (AutoCast).")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib) and, with --fp16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
-    preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib), the held-out accuracy samples (--fp8, --int4) and, with --fp16/--bf16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
 ) -> None:
     from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx
-    from pipeline.core.profiles import load_profile
 
-    if not (fp16 or int8):
-        raise PipelineError("quantize: give --fp16, --int8 or both")
-    if calib is not None and not int8:
-        raise PipelineError("--calib is calibration data for --int8, which this command was not given; add --int8 or drop --calib")
+    chosen = [flag for flag, on in (("--fp16", fp16), ("--int8", int8), ("--fp8", fp8), ("--int4", int4), ("--bf16", bf16)) if on]
+    if not chosen:
+        raise PipelineError("quantize: give --fp16, --int8 (or both), --fp8, --int4 or --bf16")
+    if len(chosen) > 1 and set(chosen) != {"--fp16", "--int8"}:
+        raise PipelineError(f"quantize: {' and '.join(chosen)} make different models; give one of them (only --fp16 --int8 combine)")
+    if calib is not None and not (int8 or fp8 or int4):
+        raise PipelineError("--calib is calibration data for --int8, --fp8 or --int4, which this command was not given; add one or drop --calib")
+    if preset is not None and not (int8 or fp8):
+        raise PipelineError("--preset chooses the INT8 Q/DQ placement (and the FP8 one); add --int8 or --fp8, or drop --preset")
     check_outputs([output], [source, calib])
     load_onnx(source)
-    out = stdout_console()
-    if fp16 and not int8:
-        from pipeline.core.samples import model_feeds
-        from pipeline.settings import Settings
-        from pipeline.stages.fp16 import FP16, convert, shape_checks
-        from quant.calibration import model_inputs
+    if (fp16 or bf16) and not int8:
+        _autocast("bf16" if bf16 else "fp16", source, output, profile)
+    elif fp8 or int4:
+        _post_training(source, output, "fp8" if fp8 else "int4", calib, profile, preset)
+    else:
+        _int8(source, output, fp16, calib, profile, preset)
 
-        if profile is not None:  # the fp16 stage's settings and shape checks, from the profile
-            settings = Settings("fp16", load_profile(profile), {}, FP16.reads)
-            checks = shape_checks(settings.profile)
-        else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; the [quant] defaults (no exclusions)
-            from pipeline.core.profiles import QuantSection
 
-            defaults = load_profile(DEFAULT_PROFILE).model_copy(update={"quant": QuantSection()})
-            settings = Settings("fp16", defaults, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
-            checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
-        with console.status("converting to FP16 with ModelOpt AutoCast, checking that it runs"):
-            result = convert(settings.profile, source, output, checks)
-        if result.checked_shapes:
-            first = next(iter(result.checked_shapes[0]))
-            checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
-        else:
-            checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
-        out.print(f"wrote {output}: {result.nodes} nodes, FP16 (AutoCast, providers {result.providers}); {checked}", highlight=False)
-        return
+def _autocast(precision: str, source: Path, output: Path, profile: Optional[str]) -> None:
+    """quantize --fp16 / --bf16: the stage's `convert`, with the profile's exclusions and shape checks."""
+    from pipeline.core.profiles import load_profile
+    from pipeline.core.samples import model_feeds
+    from pipeline.settings import Settings
+    from pipeline.stages import bf16, fp16
+    from pipeline.stages.fp16 import shape_checks
+    from quant.calibration import model_inputs
+
+    stage, reads = (bf16, bf16.BF16.reads) if precision == "bf16" else (fp16, fp16.FP16.reads)
+    if profile is not None:  # the stage's settings and shape checks, from the profile
+        settings = Settings(precision, load_profile(profile), {}, reads)
+        checks = shape_checks(settings.profile)
+    else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; the [quant] defaults (no exclusions)
+        from pipeline.core.profiles import QuantSection
+
+        defaults = load_profile(DEFAULT_PROFILE).model_copy(update={"quant": QuantSection()})
+        settings = Settings(precision, defaults, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
+        checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
+    with console.status(f"converting to {precision.upper()} with ModelOpt AutoCast, checking that it runs"):
+        result = stage.convert(settings.profile, source, output, checks)
+    if result.checked_shapes:
+        first = next(iter(result.checked_shapes[0]))
+        checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
+    elif getattr(result, "unchecked", None):
+        checked = result.unchecked
+    else:
+        checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
+    stdout_console().print(f"wrote {output}: {result.nodes} nodes, {precision.upper()} (AutoCast, providers {result.providers}); {checked}",
+                           highlight=False)
+
+
+def _post_training(source: Path, output: Path, precision: str, calib: Optional[Path], profile: Optional[str], preset: Optional["PresetName"]) -> None:
+    """quantize --fp8 / --int4: the stage's `quantize` with the profile's settings and this command's flags (gated like the stage)."""
+    from rich.progress import Progress
+
+    from pipeline.core.profiles import load_profile
+    from pipeline.settings import Settings
+    from pipeline.stages import fp8, int4
+
+    if profile is None:
+        raise PipelineError(f"quantize --{precision} needs --profile NAME: its accuracy gate runs on held-out samples made from the profile")
+    stage, reads = (fp8, fp8.FP8.reads) if precision == "fp8" else (int4, int4.INT4.reads)
+    settings = Settings(precision, load_profile(profile), {"calib": calib, "preset": preset.value if preset else None}, reads)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task(f"quantizing to {precision.upper()}", total=None)
+        result, origin = stage.quantize(settings.profile, settings.calib, source, output,
+                                        on_step=lambda done, total: progress.update(task, completed=done, total=total))
+    figures = result.accuracy
+    stdout_console().print(f"wrote {output}: {precision.upper()} ({result.method}), opset {result.opset}, {result.qdq['quantize']} Q / "
+                           f"{result.qdq['dequantize']} DQ, cosine_centered={figures['cosine_centered']:.5f} (gate {result.min_cosine}), "
+                           f"calibration: {origin}; lint-qdq: {len(result.findings)} findings", highlight=False)
+
+
+def _int8(source: Path, output: Path, fp16: bool, calib: Optional[Path], profile: Optional[str], preset: Optional["PresetName"]) -> None:
+    from rich.progress import Progress
+
+    from pipeline.core.profiles import load_profile
     from pipeline.settings import Settings
     from pipeline.stages.int8 import QUANTIZE_READS
     from pipeline.stages.int8 import quantize as quantize_int8
@@ -332,15 +392,12 @@ def quantize(
     if fp16:
         loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
     settings = Settings("int8", loaded, {"calib": calib, "preset": preset.value if preset else None}, QUANTIZE_READS)
-    from rich.progress import Progress
-
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task(f"calibrating ({settings.profile.quant.preset})", total=None)
         result, origin = quantize_int8(settings.profile, settings.calib, source, output,
                                        on_step=lambda done, total: progress.update(task, completed=done, total=total))
-    findings = result.findings
-    out.print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
-              f"lint-qdq: {len(findings)} findings", highlight=False)
+    stdout_console().print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
+                           f"lint-qdq: {len(result.findings)} findings", highlight=False)
 
 
 def _runs(model: Path, feeds: dict) -> bool:

@@ -18,14 +18,17 @@ from pipeline.core.errors import InputError
 from pipeline.core.fileio import describe_os_error, write_json
 
 Status = Literal["done", "cached", "skipped", "failed", "interrupted", "stale"]
-STAGES = ("export", "optimize", "fp16", "int8", "build", "report", "diff", "bench")
+STAGES = ("export", "optimize", "fp16", "int8", "fp8", "int4", "bf16", "build", "report", "diff", "bench")
 # what each stage reads: a stage is stale when one of these ran again after it
 DEPENDS_ON = {
     "export": (),
     "optimize": ("export",),
     "fp16": ("optimize",),
     "int8": ("optimize",),
-    "build": ("optimize", "fp16", "int8"),
+    "fp8": ("optimize",),
+    "int4": ("optimize",),
+    "bf16": ("optimize",),
+    "build": ("optimize", "fp16", "int8", "fp8", "int4", "bf16"),
     "report": ("build",),
     "diff": ("build",),
     "bench": ("build",),

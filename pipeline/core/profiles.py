@@ -150,9 +150,11 @@ class OptimizeSection(_Section):
 
 
 class QuantSection(_Section):
-    """Settings of the fp16 and int8 stages."""
+    """Settings of the fp16, int8, fp8, int4 and bf16 stages."""
 
-    preset: Literal["trt-fusion", "modelopt", "gemm-only"] = "trt-fusion"
+    preset: Literal["trt-fusion", "modelopt", "gemm-only", "cnn", "decoder"] = Field(
+        default="trt-fusion", description="Q/DQ placement of the int8 and fp8 stages (quant/presets.py)"
+    )
     samples: int = Field(default=16, ge=1, le=4096, description="synthetic calibration samples (no --calib)")
     calibration_method: Literal["entropy", "max"] = "entropy"
     int8_float_dtype: Literal["fp32", "fp16"] = Field(
@@ -161,6 +163,10 @@ class QuantSection(_Section):
     accuracy_samples: int = Field(default=16, ge=1, le=4096, description="held-out samples for the accuracy check")
     min_cosine_fp16: float = Field(default=0.999, ge=0, le=1)
     min_cosine_int8: float = Field(default=0.99, ge=0, le=1)
+    min_cosine_fp8: float = Field(default=0.99, ge=0, le=1, description="FP8 E4M3 keeps 3 mantissa bits, per-tensor scales like INT8")
+    min_cosine_int4: float = Field(default=0.98, ge=0, le=1, description="weight-only 4-bit, 128-wide blocks")
+    min_cosine_bf16: float = Field(default=0.99, ge=0, le=1, description="BF16 keeps 8 mantissa bits to FP16's 11")
+    int4_method: Literal["awq_clip", "rtn_dq"] = Field(default="awq_clip", description="AWQ (calibrated) or round to nearest (no data)")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
 

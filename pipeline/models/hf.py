@@ -54,6 +54,10 @@ def build_hf_model(profile: Profile) -> Any:
             model = auto.from_config(config)
         except ValueError as err:
             raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
+        except (IndexError, KeyError, TypeError, AttributeError, AssertionError) as err:  # fields the config accepted but the model cannot use together
+            raise ProfileError(f"{where}.hf_config: transformers cannot build a {model_type} model from these fields "
+                               f"({type(err).__name__}: {_first_line(err)}); make the fields agree (e.g. one depth per "
+                               f"stage, num_stages = len(depths)), see {type(config).__name__} in transformers' documentation") from err
     else:
         location = local_folder(profile)
         try:

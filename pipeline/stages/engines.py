@@ -11,11 +11,19 @@ from pipeline.settings import Settings
 from pipeline.stages import seeds
 from pipeline.stages.accuracy import HELD_OUT_READS, held_out
 
-PRECISION_SOURCES = (("fp32", "optimize"), ("fp16", "fp16"), ("int8", "int8"))
+PRECISION_SOURCES = (("fp32", "optimize"), ("fp16", "fp16"), ("int8", "int8"), ("fp8", "fp8"), ("int4", "int4"), ("bf16", "bf16"))
+
+
+def _fp8_unbuildable() -> str | None:
+    """Why this machine's GPU cannot build the FP8 engine (TensorRT needs compute capability 8.9+), or None."""
+    from quant.fp8 import FP8_MIN_COMPUTE_CAPABILITY
+    from trt.capability import below_compute_capability, compute_capability
+
+    return below_compute_capability("FP8", FP8_MIN_COMPUTE_CAPABILITY, compute_capability())
 
 
 def _engine_sources(settings: Settings) -> dict[str, str]:
-    """The stage whose ONNX file each precision's engine is built from (FP32 always; FP16 / INT8 when requested)."""
+    """The stage whose ONNX file each precision's engine is built from (FP32 always; the others when requested)."""
     return {prec: stage for prec, stage in PRECISION_SOURCES if prec in settings.precisions}
 
 
@@ -33,7 +41,13 @@ def _skip_without_tensorrt(what: str, job: Job) -> StageResult | None:
     if missing is None:
         return None
     reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {job.rerun_hint()}"
-    return StageResult({}, skipped=True, reason=reason, capability_missing=True)
+    requirements = {}
+    if "precisions" in job.settings.names and "fp8" in job.settings.precisions:  # the build stage (bench reads no precisions)
+        from quant.fp8 import FP8_MIN_COMPUTE_CAPABILITY
+
+        requirements = {"fp8": {"requires_compute_capability": ".".join(map(str, FP8_MIN_COMPUTE_CAPABILITY))}}
+        reason += f" (the FP8 engine also needs compute capability {requirements['fp8']['requires_compute_capability']}+)"
+    return StageResult({}, requirements, skipped=True, reason=reason, capability_missing=True)
 
 
 def run_build(job: Job) -> StageResult:
@@ -50,6 +64,12 @@ def run_build(job: Job) -> StageResult:
     batches = held_out(s.profile)
     outputs, metrics = {}, {}
     for prec, source in _engine_sources(s).items():
+        if prec == "fp8" and (why := _fp8_unbuildable()):
+            from quant.fp8 import FP8_MIN_COMPUTE_CAPABILITY
+
+            metrics[prec] = {"skipped": why, "requires_compute_capability": ".".join(map(str, FP8_MIN_COMPUTE_CAPABILITY))}
+            job.status(f"not building the fp8 engine: {why}")
+            continue
         onnx_path = job.input(source, "onnx")
         paths = BuildPaths(out / f"{prec}.engine", out / f"{prec}.layers.json", out / f"{prec}.build.log", out / "timing.cache",
                            out / f"{prec}.profile.json")
@@ -146,6 +166,9 @@ def run_bench(job: Job) -> StageResult:
 def _build_summary(metrics: dict[str, Any]) -> str:
     parts = []
     for prec, built in metrics.items():
+        if "skipped" in built:
+            parts.append(f"{prec}: not built ({built['skipped']})")
+            continue
         accuracy = built.get("accuracy", {})
         figure = f"cosine_centered={accuracy['cosine_centered']:.5f} vs onnxruntime FP32" if "cosine_centered" in accuracy else "accuracy not compared"
         parts.append(f"{prec}: {built.get('layers', '?')} layers, {figure}")

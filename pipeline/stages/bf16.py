@@ -1,0 +1,60 @@
+"""The bf16 stage: ModelOpt AutoCast to BF16 with the FP16 stage's exclusions. With a CUDA device it is
+run at the profile's min/opt/max shapes and gated on accuracy like FP16; onnxruntime's CPU provider
+has no BF16 kernels for Conv/MatMul, so elsewhere it is written unchecked and the manifest says why.
+`python -m pipeline quantize --bf16` calls `convert` too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.profiles import Profile
+from pipeline.runner import Job, Stage, StageResult
+from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
+from pipeline.stages.fp16 import shape_checks
+
+
+def convert(profile: Profile, source: Path, target: Path, checks: list[dict], log: Path | None = None):
+    """AutoCast `source` to BF16 into `target` with the profile's exclusions (quant.fp16.convert_bf16)."""
+    from pipeline.core.quiet import captured
+    from quant.fp16 import convert_bf16
+
+    q = profile.quant
+    with captured(log):
+        return convert_bf16(source, target, q.fp16_exclude_op_types, q.fp16_exclude_nodes, checks)
+
+
+def run_bf16(job: Job) -> StageResult:
+    from pipeline.core.fileio import atomic_path
+
+    profile = job.settings.profile
+    q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.bf16.onnx"
+    batches = held_out(profile)
+    with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
+        job.status("converting to BF16 with ModelOpt AutoCast")
+        result = convert(profile, source, tmp, shape_checks(profile), job.out / "bf16.log")
+        if result.session is not None:
+            figures = accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)
+            gate("bf16", figures, q.min_cosine_bf16)
+        else:
+            figures = {"not_compared": result.unchecked}
+    metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
+               "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
+               "accuracy": figures, "min_cosine": q.min_cosine_bf16}
+    return StageResult({"onnx": target, "log": job.out / "bf16.log"}, metrics)
+
+
+def _summary(m: dict) -> str:
+    figures = m["accuracy"]
+    if "cosine_centered" in figures:
+        return f"cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
+    return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}"
+
+
+BF16 = Stage(
+    "bf16", run_bf16,
+    reads=(*HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_bf16"),
+    inputs=("optimize.onnx",),
+    code=("quant.fp16", "quant.accuracy", "pipeline.stages.accuracy", "pipeline.stages.fp16"),
+    packages=("nvidia-modelopt", "onnxruntime-gpu"),
+    key_metric=_summary,
+)

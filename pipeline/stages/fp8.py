@@ -1,0 +1,61 @@
+"""The fp8 stage: ModelOpt FP8 (E4M3) Q/DQ, max calibration on the profile's samples (or --calib), the
+preset's placement, the Q/DQ lint, gated on accuracy; written at opset >= 21. `python -m pipeline
+quantize --fp8` calls `quantize` too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.core.profiles import Profile
+from pipeline.runner import Job, Stage, StageResult
+from pipeline.stages import ptq
+from pipeline.stages.accuracy import HELD_OUT_READS, gate, held_out
+
+READS = ("calib", "inputs", "dims", "quant.preset", "quant.samples", "quant.accuracy_samples", "quant.min_cosine_fp8")
+
+
+def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
+             on_step: Callable[[int, int], None] = lambda done, total: None):
+    """FP8 Q/DQ of `source` into `target`, written only if it passes the gate; `reference`: the FP32 outputs
+    on the held-out samples (BackgroundOutputs), or None to run `source`. Returns the result and the data's origin."""
+    from pipeline.core.fileio import atomic_path
+    from quant.fp8 import quantize_fp8
+
+    q = profile.quant
+    data, batch, origin = ptq.calibration(profile, calib, source)
+    with atomic_path(target) as tmp, ptq.logged(log):
+        result = quantize_fp8(source, tmp, data, batch, held_out(profile), reference, q.preset, max_sequence=ptq.max_sequence(profile),
+                              min_cosine=q.min_cosine_fp8, on_step=on_step)
+        gate("fp8", result.accuracy, q.min_cosine_fp8)
+    return result, origin
+
+
+def run_fp8(job: Job) -> StageResult:
+    from pipeline.core.fileio import write_json
+    from pipeline.stages.accuracy import fp32_reference
+    from quant.lint import findings_json
+
+    s = job.settings
+    source, target = job.input("optimize", "onnx"), job.out / "model.fp8.onnx"
+    job.status("preparing calibration data")
+
+    def step(done: int, total: int) -> None:
+        job.status(f"calibrating FP8 ({s.profile.quant.preset}) {done}/{total}")
+
+    with fp32_reference(job, held_out(s.profile)) as reference:
+        result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "fp8.log", on_step=step)
+    write_json(job.out / "fp8.lint.json", findings_json(result.findings))
+    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"},
+                       {**ptq.metrics(result, origin), "preset": s.profile.quant.preset})
+
+
+FP8 = Stage(
+    "fp8", run_fp8,
+    reads=tuple(dict.fromkeys((*READS, *HELD_OUT_READS))),
+    inputs=("optimize.onnx",),
+    code=("quant.fp8", "quant.ptq", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy",
+          "pipeline.stages.ptq", "pipeline.stages.int8"),
+    packages=("nvidia-modelopt", "onnxruntime-gpu"),
+    key_metric=lambda m: f"{m['preset']} " + ptq.key_metric(m),
+)

@@ -1,0 +1,55 @@
+"""The int4 stage: weight-only INT4 for MatMul/Gemm weights (ModelOpt `quantize_mode="int4"`, AWQ on the
+profile's samples or --calib, or round to nearest), gated on accuracy; a model without eligible weights
+is one line. `python -m pipeline quantize --int4` calls `quantize` too."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.core.profiles import Profile
+from pipeline.runner import Job, Stage, StageResult
+from pipeline.stages import ptq
+from pipeline.stages.accuracy import HELD_OUT_READS, gate, held_out
+
+READS = ("calib", "inputs", "dims", "quant.samples", "quant.int4_method", "quant.accuracy_samples", "quant.min_cosine_int4")
+
+
+def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
+             on_step: Callable[[int, int], None] = lambda done, total: None):
+    """INT4 weights of `source` into `target`, written only if it passes the gate; as pipeline.stages.fp8.quantize."""
+    from pipeline.core.fileio import atomic_path
+    from quant.int4 import quantize_int4
+
+    q = profile.quant
+    data, batch, origin = ptq.calibration(profile, calib, source)
+    if q.int4_method == "rtn_dq":
+        origin = "none (round to nearest uses no data)"
+    with atomic_path(target) as tmp, ptq.logged(log):
+        result = quantize_int4(source, tmp, data, batch, held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
+                               on_step=on_step)
+        gate("int4", result.accuracy, q.min_cosine_int4)
+    return result, origin
+
+
+def run_int4(job: Job) -> StageResult:
+    from pipeline.stages.accuracy import fp32_reference
+
+    s = job.settings
+    source, target = job.input("optimize", "onnx"), job.out / "model.int4.onnx"
+    job.status(f"quantizing MatMul/Gemm weights to INT4 ({s.profile.quant.int4_method})")
+    with fp32_reference(job, held_out(s.profile)) as reference:
+        result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",
+                                  on_step=lambda done, total: job.status(f"AWQ calibration {done}/{total}"))
+    return StageResult({"onnx": target, "log": job.out / "int4.log"}, ptq.metrics(result, origin))
+
+
+INT4 = Stage(
+    "int4", run_int4,
+    reads=tuple(dict.fromkeys((*READS, *HELD_OUT_READS))),
+    inputs=("optimize.onnx",),
+    code=("quant.int4", "quant.ptq", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy", "pipeline.stages.ptq",
+          "pipeline.stages.int8"),
+    packages=("nvidia-modelopt", "onnxruntime-gpu"),
+    key_metric=ptq.key_metric,
+)

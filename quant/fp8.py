@@ -1,0 +1,80 @@
+"""FP8 stage: explicit FP8 (E4M3) Q/DQ placed by ModelOpt PTQ (`quantize_mode="fp8"`, max
+calibration on our samples, CPU provider), shaped by a placement preset, checked against FP32.
+
+The result is written at opset >= 21: ModelOpt moves FP8 Q/DQ of attention through Transpose
+(Q -> Transpose -> DQ), and ONNX allows float8 tensors in Transpose/Reshape only from opset 21;
+below it onnxruntime refuses the file ("Type 'tensor(float8e4m3fn)' of input parameter ... of
+operator (Transpose) is invalid"). TensorRT builds FP8 only on GPUs of compute capability 8.9+
+(Ada, Hopper, Blackwell); the file itself runs anywhere onnxruntime does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.errors import InputError
+from pipeline.core.fileio import atomic_path
+from quant.ptq import PtqResult, check_calibration, held_out_accuracy, opset_of, qdq_counts, run_modelopt
+
+FP8_MIN_OPSET = 21
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+DEFAULT_MIN_COSINE_FP8 = 0.99  # the INT8 gate: FP8 E4M3 keeps 3 mantissa bits, per-tensor scales like INT8
+CALIBRATION_METHODS = ("max",)  # ModelOpt's FP8 calibration; entropy is INT8-only
+
+
+def quantize_fp8(
+    source: Path,
+    target: Path,
+    calibration: dict[str, np.ndarray],
+    batch: int,
+    held_out: list[dict[str, np.ndarray]],
+    reference=None,
+    preset_name: str = "trt-fusion",
+    high_precision_dtype: str = "fp16",
+    max_sequence: int | None = None,
+    opset: int | None = None,
+    min_cosine: float = DEFAULT_MIN_COSINE_FP8,
+    on_step: Callable[[int, int], None] = lambda done, total: None,
+) -> PtqResult:
+    """Quantize `source` to FP8 Q/DQ and write `target` only if it runs; `reference` is the FP32 outputs
+    on `held_out` (array or BackgroundOutputs), or None to compute them from `source`."""
+    from pipeline.core.onnxfile import load_onnx
+    from quant.calibration import calibration_reader, split
+    from quant.lint import lint_model
+    from quant.presets import PRESETS, apply_preset, plan_preset
+
+    if preset_name not in PRESETS:
+        raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")
+    if opset is not None and opset < FP8_MIN_OPSET:
+        raise InputError(f"fp8: opset {opset} is below {FP8_MIN_OPSET}, the first ONNX opset whose Transpose/Reshape accept float8 "
+                         f"tensors (ModelOpt places FP8 Q -> Transpose -> DQ in attention); pass opset >= {FP8_MIN_OPSET} or leave it unset")
+    samples = check_calibration(calibration, batch, 1, "fp8", "max")
+    preset = PRESETS[preset_name]
+    source_model = load_onnx(source)
+    plan = plan_preset(preset, source_model, max_sequence)
+    target_opset = max(FP8_MIN_OPSET, opset or 0, opset_of(source_model))
+    del source_model
+    model = run_modelopt(
+        source, target, "fp8", quantize_mode="fp8", calibration_data_reader=calibration_reader(split(calibration, batch), on_step),
+        calibration_method="max", high_precision_dtype=high_precision_dtype, op_types_to_quantize=plan.op_types_to_quantize,
+        disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=_exact(plan.nodes_to_exclude), opset=target_opset,
+    )
+    removed = apply_preset(preset, model)
+    with atomic_path(target) as tmp:
+        import onnx
+
+        onnx.save(model, str(tmp))
+        figures = held_out_accuracy(tmp, reference if reference is not None else source, held_out, sum(len(next(iter(b.values()))) for b in held_out))
+    notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)",
+             f"TensorRT builds FP8 on GPUs of compute capability {'.'.join(map(str, FP8_MIN_COMPUTE_CAPABILITY))}+"]
+    return PtqResult("fp8", "max", samples, opset_of(model), qdq_counts(model), figures, min_cosine,
+                     figures["cosine_centered"] >= min_cosine, notes, lint_model(model, max_sequence))
+
+
+def _exact(names: list[str]) -> list[str] | None:
+    import re
+
+    return [re.escape(name) + "$" for name in names] or None

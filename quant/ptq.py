@@ -1,0 +1,113 @@
+"""What the FP8 and INT4 entries share: ModelOpt's ONNX PTQ run on a private copy, quietly, its
+errors as ours; the Q/DQ counts of the result; and its accuracy against the FP32 model.
+
+Like the INT8 stage: calibration always uses our samples (never ModelOpt's random data) on the
+CPU provider (`calibration_eps=["cpu"]`), and ModelOpt never touches the caller's file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import InputError, StageFailed
+
+MODELOPT_ERRORS = (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError, NotImplementedError)
+
+
+@dataclass(frozen=True)
+class PtqResult:
+    precision: str  # "fp8" or "int4"
+    method: str  # the calibration / weight-quantization method that ran
+    calibration_samples: int
+    opset: int
+    qdq: dict[str, Any]  # Q and DQ node counts and the quantized types of their data
+    accuracy: dict[str, Any]  # quant.accuracy.accuracy against the FP32 model on the held-out samples
+    min_cosine: float  # the gate on accuracy["cosine_centered"]
+    passed: bool
+    notes: list[str]
+    findings: list  # quant.lint.Finding
+
+    def metrics(self) -> dict[str, Any]:
+        """What the stage records in the manifest (the lint as counts, like the INT8 stage)."""
+        from quant.lint import findings_json
+
+        lint = findings_json(self.findings)
+        return {**{k: v for k, v in asdict(self).items() if k != "findings"}, "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}}
+
+
+def check_calibration(calibration: dict[str, np.ndarray], batch: int, minimum: int, stage: str, method: str) -> int:
+    """The number of calibration samples; too few for the method is one line."""
+    rows = len(next(iter(calibration.values()))) if calibration else 0
+    if rows < max(minimum, batch):
+        raise InputError(f"{stage}: {rows} calibration sample(s), {method} calibration needs at least {max(minimum, batch)} "
+                         f"(one batch of {batch}{f', and {minimum} for {method}' if minimum > batch else ''}); "
+                         "pass more samples (--calib FILE.npz or [quant] samples in the profile)")
+    return rows
+
+
+def run_modelopt(source: Path, beside: Path, stage: str, **arguments: Any):
+    """`modelopt.onnx.quantization.quantize(**arguments)` on a private copy of `source` (in a work folder
+    beside `beside`); returns the quantized ModelProto. ModelOpt failing on the valid model is a failed
+    stage (StageFailed, exit 1) naming the file."""
+    import onnx
+    from modelopt.onnx.quantization import quantize
+
+    from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
+
+    logging.getLogger("modelopt").setLevel(logging.ERROR)
+    with private_copy(source, external_tensors(load_onnx(source)), beside=beside) as (workdir, copy):
+        output = workdir / "quantized.onnx"
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
+                quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR", **arguments)
+        except MODELOPT_ERRORS as err:
+            raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {first_line(err)}; "
+                             "rerun with --debug for ModelOpt's traceback") from err
+        return onnx.load(str(output))
+
+
+def qdq_counts(model) -> dict[str, Any]:
+    """Q and DQ nodes, and the element types they quantize to (read from zero points and DQ data)."""
+    import onnx
+
+    initializers = {i.name: i.data_type for i in model.graph.initializer}
+    types: Counter[str] = Counter()
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear":
+            tensor = node.input[2] if len(node.input) > 2 and node.input[2] else node.input[0]
+            if tensor in initializers:
+                types[onnx.TensorProto.DataType.Name(initializers[tensor])] += 1
+    ops = Counter(n.op_type for n in model.graph.node)
+    return {"quantize": ops["QuantizeLinear"], "dequantize": ops["DequantizeLinear"], "dequantize_types": dict(types)}
+
+
+def opset_of(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def held_out_accuracy(candidate: Path, reference, held_out: list[dict[str, np.ndarray]], samples: int) -> dict[str, Any]:
+    """quant.accuracy figures of `candidate` against the FP32 outputs: `reference` is those outputs
+    (an array, or a BackgroundOutputs still running beside the conversion) or the FP32 model's path."""
+    from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
+
+    outputs = model_outputs(candidate, held_out)
+    if isinstance(reference, BackgroundOutputs):
+        expected = reference.result()
+    elif isinstance(reference, np.ndarray):
+        expected = reference
+    else:
+        expected = model_outputs(Path(reference), held_out)
+    return accuracy(expected, outputs, samples)
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"

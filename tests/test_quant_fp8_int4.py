@@ -1,0 +1,75 @@
+"""FP8 and INT4 weight-only on a real ViT (profiles/hf-vit-tiny.toml): ModelOpt's result runs on
+onnxruntime's CPU provider, is as quantized as the entry says, and is measured against FP32."""
+
+
+import onnx
+import pytest
+
+from pipeline.core.errors import InputError
+from pipeline.core.profiles import load_profile
+from pipeline.core.quiet import captured
+from pipeline.core.samples import make_inputs, stack_batches
+from pipeline.export import export_model
+from pipeline.optimize import optimize_file
+from quant.accuracy import accuracy, model_outputs
+from quant.calibration import HELD_OUT_SEED, synthetic
+from quant.fp8 import FP8_MIN_OPSET, quantize_fp8
+from quant.int4 import eligible_gemms, quantize_int4
+from quant.presets import PRESETS, model_family
+
+
+@pytest.fixture(scope="module")
+def vit(tmp_path_factory):
+    folder, profile = tmp_path_factory.mktemp("vit"), load_profile("hf-vit-tiny")
+    export_model(profile, folder / "model.onnx")
+    optimize_file(folder / "model.onnx", folder / "model.opt.onnx")
+    held_out = stack_batches(profile, [make_inputs(profile, seed=HELD_OUT_SEED + i) for i in range(4)])
+    return folder / "model.opt.onnx", synthetic(profile, 4), held_out
+
+
+def test_vit_is_an_encoder(vit):
+    assert model_family(onnx.load(str(vit[0]), load_external_data=False)) == "encoder"
+
+
+def test_fp8_quantizes_gemm_inputs_to_e4m3_at_opset_21(vit, tmp_path):
+    source, calibration, held_out = vit
+    reference = model_outputs(source, held_out)
+    with captured():
+        result = quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, reference=reference)
+    model = onnx.load(str(tmp_path / "fp8.onnx"))
+    assert result.opset == FP8_MIN_OPSET and result.method == "max" and result.calibration_samples == 8
+    assert result.qdq["dequantize_types"] == {"FLOAT8E4M3FN": result.qdq["dequantize"]} and result.qdq["quantize"] > 0
+    assert result.qdq["quantize"] == sum(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    # the figures are the written file's: recomputing them from it gives the same numbers
+    assert result.accuracy == accuracy(reference, model_outputs(tmp_path / "fp8.onnx", held_out), 8)
+    assert 0.99 < result.accuracy["cosine_centered"] < 1.0
+    assert result.passed == (result.accuracy["cosine_centered"] >= result.min_cosine)
+    # trt-fusion keeps Q/DQ off GEMM outputs and float regions; what is left are residual skips with no Q/DQ to share
+    assert {f.rule for f in result.findings} <= {"residual-skip-not-quantized"}
+    assert result.metrics()["lint"]["count"] == len(result.findings)
+
+
+@pytest.mark.parametrize("method", ["awq_clip", "rtn_dq"])
+def test_int4_is_weight_only_on_matmul_and_gemm(vit, tmp_path, method):
+    source, calibration, held_out = vit
+    with captured():
+        result = quantize_int4(source, tmp_path / "int4.onnx", calibration, 1, held_out, method=method)
+    model = onnx.load(str(tmp_path / "int4.onnx"))
+    weights = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT4}
+    dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
+    consumers = {c.op_type for n in dqs for c in model.graph.node if n.output[0] in c.input}
+    assert result.method == method and result.opset >= 21 and result.qdq["quantize"] == 0
+    assert {n.input[0] for n in dqs} == weights and consumers <= {"MatMul", "Gemm"}
+    eligible = len(eligible_gemms(onnx.load(str(source))))
+    # AWQ leaves the classifier Gemm (transB=1) in float and says so; RTN quantizes every eligible weight
+    assert len(dqs) == (eligible - 1 if method == "awq_clip" else eligible)
+    assert any("node_linear" in note for note in result.notes) == (method == "awq_clip")
+    assert result.calibration_samples == (8 if method == "awq_clip" else 0)
+    assert result.findings == [] and result.accuracy["cosine_centered"] > result.min_cosine
+
+
+def test_a_preset_for_another_family_names_the_one_that_fits(vit, tmp_path):
+    source, calibration, held_out = vit
+    with pytest.raises(InputError, match="--preset cnn is written for cnn models, but this model is a encoder .*use --preset trt-fusion"):
+        quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, preset_name="cnn")
+    assert not (tmp_path / "fp8.onnx").exists() and {p.family for p in PRESETS.values()} == {None, "cnn", "decoder"}
