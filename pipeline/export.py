@@ -17,7 +17,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ class ExportResult:
     max_abs_diff: float
     checked_shapes: list[dict[str, list[int]]]
     outputs: list[str]
+    derived: dict[str, Any] | None = None  # inputs and dims added for a decoder's cache (pipeline/models/decoder.py)
 
 
 def factory_fingerprint(profile: Profile) -> dict[str, Any]:
@@ -77,7 +78,8 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     if functions and exporter != "torchscript":
         raise InputError("--functions needs --exporter torchscript: torch's dynamo exporter does not export modules as ONNX functions")
     status("building the PyTorch model")
-    module, example, dynamic_shapes = build_module(profile)
+    given = profile
+    module, example, dynamic_shapes, profile = build_module(profile)
     function_classes = _function_classes(module, functions or [])
     input_names = [spec.name for spec in profile.inputs]
     with torch.no_grad():
@@ -110,7 +112,9 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
             raise _unsupported_operator(err, module, example, exporter, profile) from err
         status("verifying against torch on onnxruntime (CPU)")
         result = _verify(profile, module, tmp, exporter)
-    return result
+    from pipeline.models.decoder import derived_inputs
+
+    return replace(result, derived=derived_inputs(given, profile))
 
 
 def _function_classes(module: Any, names: list[str]) -> set[type]:
@@ -151,9 +155,16 @@ def _stamp_function_calls(onnx_path: Path, module: Any, example: tuple, classes:
     onnx.save(model, str(onnx_path))
 
 
-def build_module(profile: Profile) -> tuple[Any, tuple, Any]:
-    """The profile's torch model in eval mode, its example inputs and dynamic shapes (or None)."""
-    return _build_hf(profile) if profile.model.is_hf else _build_model(profile)
+def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
+    """The profile's torch model in eval mode, its example inputs, dynamic shapes (or None), and the
+    profile its export uses: a Hugging Face model (or a factory's, without example inputs) has its
+    forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py)."""
+    from pipeline.models.decoder import is_pretrained, prepare
+
+    module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
+    if example is None and is_pretrained(module):
+        module, profile = prepare(module, profile)
+    return module, example if example is not None else _default_example(profile), dynamic_shapes, profile
 
 
 def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
@@ -191,21 +202,19 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
             "expected a torch.nn.Module or (module, example_inputs[, dynamic_shapes])"
         )
     module, example, dynamic_shapes = (*made, None, None)[:3]
-    if example is None:
-        example = _default_example(profile)
-    if len(example) != len(profile.inputs):
+    if example is not None and len(example) != len(profile.inputs):
         raise ProfileError(f"{profile.source}: {profile.model.factory} gives {len(example)} example inputs, the profile declares {len(profile.inputs)}")
-    return module.eval(), tuple(example), dynamic_shapes
+    return module.eval(), tuple(example) if example is not None else None, dynamic_shapes
 
 
-def _build_hf(profile: Profile) -> tuple[Any, tuple, None]:
-    """The profile's Hugging Face model (hf / hf_config, task), seeded, with example inputs from the profile."""
+def _build_hf(profile: Profile) -> tuple[Any, None, None]:
+    """The profile's Hugging Face model (hf / hf_config, task), seeded; example inputs come from the profile."""
     import torch
 
-    from pipeline.models.hf import build_hf_model
+    from pipeline.models.hf import load_hf_model
 
     torch.manual_seed(profile.model.seed)
-    return build_hf_model(profile), _default_example(profile), None
+    return load_hf_model(profile), None, None
 
 
 def _default_example(profile: Profile) -> tuple:
@@ -280,7 +289,8 @@ def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
 
     dims = {name: torch.export.Dim(name, min=d.min, max=d.max) for name, d in profile.dims.items() if d.min != d.max}
     shapes = tuple(
-        {axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str) and size in dims}
+        {axis: dims[size] if size in dims else torch.export.Dim.AUTO  # a sum (past_seq+seq): torch.export derives it
+         for axis, size in enumerate(spec.shape) if isinstance(size, str) and (size in dims or "+" in size)}
         for spec in profile.inputs
     )
     return shapes if any(shapes) else None
@@ -299,8 +309,10 @@ def _varargs_shapes(shapes: Any, module: Any) -> tuple | None:
 
 
 def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
+    from pipeline.core.profiles import dim_terms
+
     dynamic = {name for name, d in profile.dims.items() if d.min != d.max}
-    axes = {spec.name: {i: s for i, s in enumerate(spec.shape) if s in dynamic} for spec in profile.inputs}
+    axes = {spec.name: {i: s for i, s in enumerate(spec.shape) if isinstance(s, str) and set(dim_terms(s)) & dynamic} for spec in profile.inputs}
     return {name: a for name, a in axes.items() if a}
 
 
@@ -309,9 +321,11 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> Ex
     import onnx
     import torch
 
+    from pipeline.models.decoder import prefill_sizes
+
     worst, checked = 0.0, []
     session = OnnxSession(onnx_path)
-    for i, sizes in enumerate(check_sizes(profile)):
+    for i, sizes in enumerate(check_sizes(profile) + prefill_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         with torch.no_grad():
             expected = {name: t.numpy() for name, t in flatten_outputs(module(*(torch.from_numpy(a) for a in feeds.values())), profile)}

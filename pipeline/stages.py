@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import sha256_file
+from pipeline.models.decoder import autocast_feeds, derived_note
 from pipeline.runner import Context, Stage, StageResult, Status
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
         "checked_shapes": result.checked_shapes,
         "outputs": result.outputs,
     }
+    if result.derived:  # a decoder's cache inputs: later stages use them (Runner applies them to ctx.profile)
+        metrics["derived_inputs"] = result.derived
     return StageResult({"onnx": output}, metrics)
 
 
@@ -61,7 +64,8 @@ EXPORT = Stage(
     "export",
     _export_fingerprint,
     _run_export,
-    key_metric=lambda m: f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes",
+    key_metric=lambda m: (f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes{derived_note(m)}" if "max_abs_diff" in m
+                          else f"{m.get('nodes', '?')} nodes"),
 )
 
 
@@ -216,7 +220,7 @@ def _run_fp16(ctx: Context, status: Status) -> StageResult:
     with _fp32_reference(ctx, held_out) as reference, atomic_path(target) as tmp:
         status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         with captured(ctx.out / "fp16.log"):
-            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes, shape_checks)
+            result = convert_fp16(source, tmp, q.fp16_exclude_op_types, q.fp16_exclude_nodes, shape_checks, autocast_feeds(ctx.profile))
         # the session that ran the shape checks
         figures = _accuracy(result.session, reference, held_out, q.accuracy_samples, "FP16", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16

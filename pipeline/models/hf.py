@@ -7,8 +7,8 @@
                                         # masked-lm, causal-lm, image-classification
 
 The profile's inputs are passed to the model's forward by name (input_ids, attention_mask,
-token_type_ids, position_ids, pixel_values, ...), in the profile's order. Caches are off
-(`use_cache=False`): a deployed graph takes and returns tensors only. transformers is the
+token_type_ids, position_ids, pixel_values, ...), in the profile's order. A decoder's KV cache is
+exported as `[export] cache` says (pipeline/models/decoder.py). transformers is the
 optional extra `.[hf]`, imported here only, at call time.
 """
 
@@ -31,13 +31,20 @@ AUTO_CLASSES = {
     "causal-lm": "AutoModelForCausalLM",
     "image-classification": "AutoModelForImageClassification",
 }
-TENSOR_ARGUMENTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values", "inputs_embeds", "pixel_mask")
 
 
 def build_hf_model(profile: Profile) -> Any:
-    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order.
+    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order
+    (a decoder's cache as `[export] cache` says: pipeline/models/decoder.py)."""
+    from pipeline.models.decoder import prepare
 
-    The forward is replaced on the instance rather than wrapped in another module, so the
+    return prepare(load_hf_model(profile), profile)[0]
+
+
+def load_hf_model(profile: Profile) -> Any:
+    """The profile's Hugging Face model as transformers builds it (hf / hf_config, task).
+
+    Its forward is later replaced on the instance rather than wrapped in another module, so the
     exported node names keep the model's own scopes (/encoder/layer.0/...)."""
     transformers = _transformers(f"{profile.source}: model.hf/hf_config")
     section, where = profile.model, f"{profile.source}: model"
@@ -67,20 +74,6 @@ def build_hf_model(profile: Profile) -> Any:
         if fresh:  # transformers would initialize them at random: never deploy that silently
             raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
                                "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
-    names = [spec.name for spec in profile.inputs]
-    accepted = inspect.signature(model.forward).parameters
-    unknown = [n for n in names if n not in accepted]
-    if unknown:
-        offered = [a for a in TENSOR_ARGUMENTS if a in accepted]
-        raise ProfileError(f"{profile.source}: inputs: {type(model).__name__}.forward has no argument {unknown[0]!r}; "
-                           f"name the [[inputs]] after its arguments: {', '.join(offered)}")
-    extra = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in accepted}
-    keyword_forward = model.forward
-
-    def forward(*inputs):
-        return keyword_forward(**dict(zip(names, inputs, strict=True)), **extra)
-
-    model.forward = forward
     return model.eval()
 
 
