@@ -34,7 +34,7 @@ def prepare(model: Any, profile: Profile) -> tuple[Any, Profile]:
     and the profile its export uses: with the cache inputs when the cache is exported."""
     mode = cache_mode(profile, model)
     if mode == "with-past":
-        profile = with_past_profile(profile, model)
+        profile = with_past_profile(profile, model.config, inspect.signature(model.forward).parameters)
     return bind_forward(model.eval(), profile, mode), profile
 
 
@@ -84,25 +84,25 @@ def max_positions(config: Any) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def with_past_profile(profile: Profile, model: Any) -> Profile:
+def with_past_profile(profile: Profile, config: Any, accepted: Any) -> Profile:
     """The profile with the cache inputs its with-past export takes: the profile's own when it lists
-    them, else derived from the model's config (`past_seq` from 0 to max positions - seq max)."""
+    them, else derived from the model's config and its forward's arguments (`accepted`), with
+    `past_seq` from 0 to max positions - seq max."""
     names = [spec.name for spec in profile.inputs]
     if any(PAST_INPUT.fullmatch(n) for n in names):
         return profile
     if "seq" not in profile.dims or "batch" not in profile.dims:
         raise ProfileError(f"{profile.source}: dims: the with-past export of a decoder needs dims named batch and seq (new tokens); "
                            'rename yours, or set [export] cache = "none"')
-    layers, kv_heads, head_dim = cache_layout(model.config)
+    layers, kv_heads, head_dim = cache_layout(config)
     seq = profile.dims["seq"]
-    longest = max_positions(model.config) or 2 * seq.max
+    longest = max_positions(config) or 2 * seq.max
     if longest - seq.max < 1:
         raise ProfileError(f"{profile.source}: dims.seq.max = {seq.max} leaves no room for a KV cache within the model's {longest} positions; "
                            "lower dims.seq.max")
     past = {"min": 0, "opt": min(seq.opt, longest - seq.max), "max": longest - seq.max}
-    accepted = inspect.signature(model.forward).parameters
     by_name = {spec.name: spec.model_dump() for spec in profile.inputs}
-    inputs = [by_name.get("input_ids", {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, model.config.vocab_size]})]
+    inputs = [by_name.get("input_ids", {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]})]
     inputs.append({"name": "attention_mask", "dtype": by_name.get("attention_mask", {}).get("dtype", "int64"), "shape": MASK_SHAPE, "fill": "mask"})
     if "position_ids" in accepted:
         inputs.append({"name": "position_ids", "dtype": "int64", "shape": ["batch", "seq"], "fill": "positions"})
