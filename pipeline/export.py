@@ -42,6 +42,7 @@ class ExportResult:
     checked_shapes: list[dict[str, list[int]]]
     outputs: list[str]
     derived: dict[str, Any] | None = None  # inputs and dims added for a decoder's cache (pipeline/models/decoder.py)
+    generation: dict[str, Any] | None = None  # a decoder's greedy generation on onnxruntime vs torch (pipeline/core/generation.py)
 
 
 def factory_fingerprint(profile: Profile) -> dict[str, Any]:
@@ -112,9 +113,45 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
             raise _unsupported_operator(err, module, example, exporter, profile) from err
         status("verifying against torch on onnxruntime (CPU)")
         result = _verify(profile, module, tmp, exporter)
-    from pipeline.models.decoder import derived_inputs
+        from pipeline.models.decoder import derived_inputs, generates
 
-    return replace(result, derived=derived_inputs(given, profile))
+        generation = None
+        if generates(module):
+            status("generation check: greedy decoding on onnxruntime vs torch")
+            generation = _check_generation(profile, module, tmp, generation_reference_path(output))
+    return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+def generation_reference_path(onnx_path: Path) -> Path:
+    """Where the export of a decoder saves torch's greedy generation, which later stages compare with."""
+    return onnx_path.with_name(onnx_path.stem + ".generation.npz")
+
+
+def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_path: Path) -> dict[str, Any]:
+    """Greedy decoding with torch and with the exported file on onnxruntime (pipeline/core/generation.py):
+    the tokens must agree exactly. torch's run is saved as the reference of later stages."""
+    import time
+
+    import onnx
+    import torch
+
+    from pipeline.core.generation import compare, embedding_head, greedy, require_exact, save_reference
+
+    names = [spec.name for spec in profile.inputs]
+
+    def torch_run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            output = module(*(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names))
+        return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
+
+    head = embedding_head(onnx.load(str(onnx_path)))
+    started = time.perf_counter()
+    reference = greedy(torch_run, profile, head)
+    session = OnnxSession(onnx_path)
+    figures = compare(reference, greedy(session.run_named, profile, head))
+    require_exact(figures, "export", "torch's")
+    save_reference(reference_path, reference, head)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
 
 
 def _function_classes(module: Any, names: list[str]) -> set[type]:
@@ -159,11 +196,14 @@ def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
     """The profile's torch model in eval mode, its example inputs, dynamic shapes (or None), and the
     profile its export uses: a Hugging Face model (or a factory's, without example inputs) has its
     forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py)."""
-    from pipeline.models.decoder import is_pretrained, prepare
+    from pipeline.core.generation import prompts
+    from pipeline.models.decoder import generates, is_pretrained, prepare
 
     module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
     if example is None and is_pretrained(module):
         module, profile = prepare(module, profile)
+        if generates(module):
+            prompts(profile)  # the generation check fits the profile's dims: said before the export, not after
     return module, example if example is not None else _default_example(profile), dynamic_shapes, profile
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import sha256_file
+from pipeline.generation_stage import generation_figures
 from pipeline.models.decoder import autocast_feeds, derived_note
 from pipeline.runner import Context, Stage, StageResult, Status
 
@@ -42,7 +43,7 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
 
         nodes = check_onnx_file(source, ctx.profile)
         return StageResult({"onnx": source}, {"nodes": nodes}, skipped=True, reason=f"starting from {source}")
-    from pipeline.export import export_model
+    from pipeline.export import export_model, generation_reference_path
 
     output = ctx.out / "model.onnx"
     result = export_model(ctx.profile, output, status=status)
@@ -57,7 +58,11 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
     }
     if result.derived:  # a decoder's cache inputs: later stages use them (Runner applies them to ctx.profile)
         metrics["derived_inputs"] = result.derived
-    return StageResult({"onnx": output}, metrics)
+    outputs = {"onnx": output}
+    if result.generation:  # a decoder: torch's greedy generation, the reference of later stages
+        metrics["generation"] = result.generation
+        outputs["generation"] = generation_reference_path(output)
+    return StageResult(outputs, metrics)
 
 
 EXPORT = Stage(
@@ -101,6 +106,7 @@ def _run_optimize(ctx: Context, status: Status) -> StageResult:
                 f"optimize: the optimized model differs from its input by max_abs_diff={diff:.3g} > {settings.tolerance:g}; "
                 f"last rules applied: {', '.join(result.last_rules()) or 'none'}; skip them with [optimize] skip_rules in the profile"
             )
+        generation = generation_figures(ctx, tmp, "optimize")
     metrics = {
         "nodes_before": result.nodes_before,
         "nodes_after": result.nodes_after,
@@ -110,6 +116,8 @@ def _run_optimize(ctx: Context, status: Status) -> StageResult:
         "checked_shapes": [{k: list(v.shape) for k, v in feeds.items()} for feeds in feed_sets],
         "rules": result.rules,
     }
+    if generation:
+        metrics["generation"] = generation
     return StageResult({"onnx": target}, metrics)
 
 
@@ -202,7 +210,7 @@ def _fp16_fingerprint(ctx: Context) -> dict[str, Any]:
         "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
         "exclude": [q.fp16_exclude_op_types, q.fp16_exclude_nodes],
         "run_check": [{k: v.model_dump() for k, v in ctx.profile.dims.items()}, [s.model_dump() for s in ctx.profile.inputs]],
-        "gate": [ctx.options.get("min_cosine") or q.min_cosine_fp16, q.accuracy_samples],
+        "gate": [ctx.options.get("min_cosine") or q.min_cosine_fp16, q.accuracy_samples, ctx.options.get("min_token_agreement"), q.min_token_agreement_fp16],
         "code": _code_hashes("quant.fp16", "quant.accuracy"),
         "modelopt": _modelopt_version(),
     }
@@ -225,9 +233,10 @@ def _run_fp16(ctx: Context, status: Status) -> StageResult:
         figures = _accuracy(result.session, reference, held_out, q.accuracy_samples, "FP16", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_fp16
         _gate("fp16", figures, minimum)
+        generation = generation_figures(ctx, result.session, "fp16")
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
-               "accuracy": figures, "min_cosine": minimum}
+               "accuracy": figures, "min_cosine": minimum, **({"generation": generation} if generation else {})}
     return StageResult({"onnx": target, "log": ctx.out / "fp16.log"}, metrics)
 
 
@@ -237,7 +246,7 @@ def _int8_fingerprint(ctx: Context) -> dict[str, Any]:
         "onnx_sha256": sha256_file(ctx.input("optimize", "onnx")),
         "calibration": sha256_file(Path(calib)) if calib and Path(calib).is_file() else [str(calib), q.samples],
         "settings": [ctx.options.get("preset") or q.preset, q.calibration_method, q.int8_float_dtype,
-                     ctx.options.get("min_cosine") or q.min_cosine_int8, q.accuracy_samples],
+                     ctx.options.get("min_cosine") or q.min_cosine_int8, q.accuracy_samples, ctx.options.get("min_token_agreement"), q.min_token_agreement_int8],
         "code": _code_hashes("quant.int8", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy"),
         "modelopt": _modelopt_version(),
     }
@@ -269,6 +278,7 @@ def _run_int8(ctx: Context, status: Status) -> StageResult:
         figures = _accuracy(tmp, reference, held_out, q.accuracy_samples, "INT8", status)
         minimum = ctx.options.get("min_cosine") or q.min_cosine_int8
         _gate("int8", figures, minimum)
+        generation = generation_figures(ctx, tmp, "int8")
     write_json(ctx.out / "int8.lint.json", lint)
     metrics = {
         "preset": result.preset, "high_precision_dtype": result.high_precision_dtype, "calibration": origin,
@@ -276,6 +286,7 @@ def _run_int8(ctx: Context, status: Status) -> StageResult:
         "disable_mha_qdq": result.disable_mha_qdq, "qdq_pairs": result.qdq_pairs,
         "qdq_removed_by_preset": len(result.qdq_removed_by_preset) // 2, "notes": result.notes,
         "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}, "accuracy": figures, "min_cosine": minimum,
+        **({"generation": generation} if generation else {}),
     }
     return StageResult({"onnx": target, "lint": ctx.out / "int8.lint.json", "log": ctx.out / "int8.log"}, metrics)
 

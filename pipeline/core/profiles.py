@@ -169,6 +169,8 @@ class QuantSection(_Section):
     accuracy_samples: int = Field(default=16, ge=1, le=4096, description="held-out samples for the accuracy check")
     min_cosine_fp16: float = Field(default=0.999, ge=0, le=1)
     min_cosine_int8: float = Field(default=0.99, ge=0, le=1)
+    min_token_agreement_fp16: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
+    min_token_agreement_int8: float = Field(default=0.25, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
 

@@ -38,6 +38,12 @@ def prepare(model: Any, profile: Profile) -> tuple[Any, Profile]:
     return bind_forward(model.eval(), profile, mode), profile
 
 
+def generates(module: Any) -> bool:
+    """A Hugging Face decoder-only model (one that takes a KV cache), with or without its cache exported."""
+    return (is_pretrained(module) and not getattr(module.config, "is_encoder_decoder", False)
+            and "past_key_values" in inspect.signature(type(module).forward).parameters)
+
+
 def is_pretrained(module: Any) -> bool:
     """A transformers PreTrainedModel (without importing transformers when it was never imported)."""
     import sys
@@ -47,9 +53,20 @@ def is_pretrained(module: Any) -> bool:
 
 
 def returns_cache(model: Any) -> bool:
-    """The model's forward takes and returns a KV cache when called as it is configured."""
-    accepted = inspect.signature(model.forward).parameters
-    return "past_key_values" in accepted and bool(getattr(model.config, "use_cache", False))
+    """The model's forward returns a KV cache when called as it is configured: tried on two tokens
+    (BertModel takes past_key_values but returns a cache only when configured as a decoder)."""
+    import torch
+
+    accepted = inspect.signature(type(model).forward).parameters
+    if not ("past_key_values" in accepted and "input_ids" in accepted and getattr(model.config, "use_cache", False)):
+        return False
+    try:
+        with torch.no_grad():
+            output = type(model).forward(model, input_ids=torch.zeros((1, 2), dtype=torch.long), use_cache=True, return_dict=True)
+    except Exception:  # a model that needs more than token ids to run: its export says what is wrong
+        return False
+    cache = output.get("past_key_values") if hasattr(output, "get") else None
+    return cache is not None and bool(getattr(cache, "layers", cache))
 
 
 def cache_mode(profile: Profile, model: Any) -> str:

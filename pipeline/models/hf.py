@@ -62,7 +62,12 @@ def load_hf_model(profile: Profile) -> Any:
             check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
         except ValueError as err:
-            raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
+            if type(config) not in auto._model_mapping:
+                raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
+            raise ProfileError(f"{where}.hf_config: transformers cannot build {model_type} from it: {_first_line(err)}; fix the config") from err
+        except (AssertionError, TypeError, IndexError) as err:  # transformers' own checks of a config's values
+            raise ProfileError(f"{where}.hf_config: transformers cannot build {model_type} from it ({type(err).__name__}: {_first_line(err)}); "
+                               "fix the config (e.g. token ids inside vocab_size)") from err
     else:
         location = local_folder(profile)
         if location is not None:  # a model id's config is only known once downloaded

@@ -36,6 +36,11 @@ def small_config_fields(config: Any) -> dict[str, int]:
     fields = {names[key]: value for key, value in SMALL_CONFIG.items() if hasattr(config, key)}
     if getattr(config, "num_key_value_heads", None) is None:  # a model without GQA takes no such key
         fields.pop(names["num_key_value_heads"], None)
+    vocab = SMALL_CONFIG["vocab_size"]
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # special tokens stay inside the smaller vocabulary
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value >= vocab:
+            fields[key] = vocab - 1
     return fields
 
 
