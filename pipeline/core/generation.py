@@ -98,16 +98,16 @@ def _next_token_scores(outputs: dict[str, np.ndarray], head: np.ndarray | None, 
 
 
 def embedding_head(model: Any) -> np.ndarray | None:
-    """The input embedding matrix [vocab, hidden] of an ONNX model (the Gather that reads input_ids
-    from an initializer, through Casts), or None."""
+    """The input embedding matrix [vocab, hidden] of an ONNX model (the Gather that reads input_ids,
+    through Casts and reshapes, from an initializer), or None."""
     from onnx import numpy_helper
 
     graph = model.graph
     initializers = {i.name: i for i in graph.initializer}
     constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
     sources = {"input_ids"}
-    for node in graph.node:  # follow input_ids through Casts
-        if node.op_type == "Cast" and node.input[0] in sources:
+    for node in graph.node:  # follow input_ids through Casts and reshapes (GPT-2 views them as [-1, seq])
+        if node.op_type in ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze") and node.input and node.input[0] in sources:
             sources.add(node.output[0])
     producers = {o: n for n in graph.node for o in n.output}
     for node in graph.node:

@@ -62,7 +62,8 @@ def returns_cache(model: Any) -> bool:
         return False
     try:
         with torch.no_grad():
-            output = type(model).forward(model, input_ids=torch.zeros((1, 2), dtype=torch.long), use_cache=True, return_dict=True)
+            ids = torch.zeros((1, 2), dtype=torch.long, device=next(model.parameters()).device)  # the meta device at init
+            output = type(model).forward(model, input_ids=ids, use_cache=True, return_dict=True)
     except Exception:  # a model that needs more than token ids to run: its export says what is wrong
         return False
     cache = output.get("past_key_values") if hasattr(output, "get") else None

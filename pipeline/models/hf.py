@@ -173,7 +173,7 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
         dims = {"batch": (1, 4, 16)}
         inputs = [("pixel_values", "float32", f'["batch", {config.num_channels}, {size}, {size}]', "", "images, channels first")]
     elif "input_ids" in accepted:
-        decoder = "past_key_values" in accepted and bool(getattr(config, "use_cache", False))
+        decoder = _returns_cache(model_class, config)
         positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
         longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
         dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
@@ -199,6 +199,19 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     if decoder:
         lines += ['cache = "with-past"                # one graph for prefill (past_seq = 0) and decode; "none": no KV cache']
     return "\n".join(lines) + "\n"
+
+
+def _returns_cache(model_class: Any, config: Any) -> bool:
+    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device: no memory, any size."""
+    import torch
+
+    from pipeline.models.decoder import returns_cache
+
+    if "past_key_values" not in inspect.signature(model_class.forward).parameters:
+        return False
+    with torch.device("meta"):
+        model = model_class(config)
+    return returns_cache(model)
 
 
 def _with_past_inputs(dims: dict, inputs: list, config: Any, accepted: Any) -> tuple[dict, list]:
