@@ -136,6 +136,8 @@ def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_aske
     assert "# A small config written by init" in (tmp_path / "qwen2.toml").read_text()
     assert [s.shape for s in profile.inputs if s.name.startswith("past_key_values")] == [["batch", 2, "past_seq", 16]] * 4
     assert profile.dims["past_seq"].min == 0
+    phi3 = starter_profile("phi3", "causal-lm", "phi3", tmp_path)  # its default pad and eos ids (32000) are outside the small vocabulary
+    assert "pad_token_id = 999" in phi3 and "eos_token_id = 999" in phi3
     full = starter_profile("llama", "base", "llama", tmp_path, full_size=True)
     assert "hidden_size" not in full and full.count("past_key_values.") == 2 * 32
     with pytest.raises(ProfileError, match=r"6,607M parameters, 24.6 GiB of FP32 weights.*this machine has 16.0 GiB available"):
