@@ -142,3 +142,26 @@ def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_aske
     assert "hidden_size" not in full and full.count("past_key_values.") == 2 * 32
     with pytest.raises(ProfileError, match=r"6,607M parameters, 24.6 GiB of FP32 weights.*this machine has 16.0 GiB available"):
         check_fits(AutoModel, AutoConfig.for_model("llama"), "here", available=16 * 2**30)
+
+
+def test_the_decoder_corpus_is_recorded_and_docs_show_it():
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_models", REPO / "bench" / "models.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = json.loads(bench.RESULTS.read_text())
+    runs = results["decoders"]
+    assert [(r["model"], r["cache"], r["exporter"]) for r in runs] == [(m, c, e) for m in bench.DECODERS for c in bench.CACHES for e in bench.EXPORTERS]
+    for run in runs:
+        load_profile(run["model"])
+        if run["passed"]:
+            assert run["generation"]["export"]["token_agreement"] == run["generation"]["optimize"]["token_agreement"] == 1.0, run["model"]
+        else:
+            assert run["error"].startswith("error: "), run
+    assert all(r["passed"] for r in runs if r["exporter"] == "dynamo"), "every decoder passes with the dynamo exporter, with and without its cache"
+    start, end = "<!-- decoder table: python bench/models.py --decoder-table -->\n", "<!-- end of decoder table -->"
+    docs = (REPO / "docs" / "decoders.md").read_text()
+    assert docs.split(start, 1)[1].split(end, 1)[0] == bench.decoder_table(results)
