@@ -63,15 +63,19 @@ def factory_fingerprint(profile: Profile) -> dict[str, Any]:
         "inputs": [s.model_dump() for s in profile.inputs],
         "dims": {k: v.model_dump() for k, v in profile.dims.items()},
         "export": profile.export.model_dump(),
-        "exporter_code": sha256_file(Path(__file__)),
+        "exporter_code": [sha256_file(Path(__file__)), *(sha256_file(Path(__file__).parent / part) for part in _DECODER_CODE)],
         "torch": _package_version("torch"),
     }
 
 
+_DECODER_CODE = ("models/decoder.py", "core/generation.py")
+
+
 def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None,
-                 functions: list[str] | None = None) -> ExportResult:
+                 functions: list[str] | None = None, generation_reference: Path | None = None) -> ExportResult:
     """Export the profile's model to `output` (atomically) and check it against torch. `functions`:
-    module class names exported as ONNX local functions (TorchScript exporter), one call per instance."""
+    module class names exported as ONNX local functions (TorchScript exporter), one call per instance.
+    A decoder's greedy generation is checked too; `generation_reference`: where torch's is saved for later stages."""
     import torch
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
@@ -118,18 +122,13 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         generation = None
         if generates(module):
             status("generation check: greedy decoding on onnxruntime vs torch")
-            generation = _check_generation(profile, module, tmp, generation_reference_path(output))
+            generation = _check_generation(profile, module, tmp, generation_reference)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
 
 
-def generation_reference_path(onnx_path: Path) -> Path:
-    """Where the export of a decoder saves torch's greedy generation, which later stages compare with."""
-    return onnx_path.with_name(onnx_path.stem + ".generation.npz")
-
-
-def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_path: Path) -> dict[str, Any]:
+def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_path: Path | None) -> dict[str, Any]:
     """Greedy decoding with torch and with the exported file on onnxruntime (pipeline/core/generation.py):
-    the tokens must agree exactly. torch's run is saved as the reference of later stages."""
+    the tokens must agree exactly. torch's run is saved to `reference_path` (if given) for later stages."""
     import time
 
     import onnx
@@ -150,7 +149,8 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_
     session = OnnxSession(onnx_path)
     figures = compare(reference, greedy(session.run_named, profile, head))
     require_exact(figures, "export", "torch's")
-    save_reference(reference_path, reference, head)
+    if reference_path is not None:
+        save_reference(reference_path, reference, head)
     return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
 
 

@@ -43,10 +43,10 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
 
         nodes = check_onnx_file(source, ctx.profile)
         return StageResult({"onnx": source}, {"nodes": nodes}, skipped=True, reason=f"starting from {source}")
-    from pipeline.export import export_model, generation_reference_path
+    from pipeline.export import export_model
 
-    output = ctx.out / "model.onnx"
-    result = export_model(ctx.profile, output, status=status)
+    output, reference = ctx.out / "model.onnx", ctx.out / "model.generation.npz"
+    result = export_model(ctx.profile, output, status=status, generation_reference=reference)
     metrics = {
         "exporter": result.exporter,
         "opset": result.opset,
@@ -61,7 +61,7 @@ def _run_export(ctx: Context, status: Status) -> StageResult:
     outputs = {"onnx": output}
     if result.generation:  # a decoder: torch's greedy generation, the reference of later stages
         metrics["generation"] = result.generation
-        outputs["generation"] = generation_reference_path(output)
+        outputs["generation"] = reference
     return StageResult(outputs, metrics)
 
 

@@ -48,7 +48,7 @@ def llama_export(folder):
     from pipeline.export import export_model
 
     profile = load_profile(str(write_profile(folder, factory_profile("llama"), "llama.toml")))
-    return profile, export_model(profile, folder / "llama.onnx"), folder / "llama.onnx"
+    return profile, export_model(profile, folder / "llama.onnx", generation_reference=folder / "llama.generation.npz"), folder / "llama.onnx"
 
 
 def test_a_llama_factory_exports_with_its_cache_in_optimums_layout(llama_export):
