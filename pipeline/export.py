@@ -280,23 +280,36 @@ def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tup
 
     A tensor alone is "output"; a ModelOutput or dict gives its keys in order, None values
     skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
-    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0).
+    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0);
+    a transformers KV cache gives present.{i}.key / present.{i}.value.
     """
     import torch
 
     if isinstance(output, torch.Tensor):
         return [(prefix or "output", output)]
+    if _is_cache(output):  # a transformers Cache: one key and one value tensor per layer, named as Optimum does
+        return [(f"present.{i}.{kind}", getattr(layer, f"{kind}s")) for i, layer in enumerate(output.layers) for kind in ("key", "value")]
     if isinstance(output, Mapping):
         items = [(str(k), v) for k, v in output.items() if v is not None]
     elif isinstance(output, (tuple, list)):
         items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(output) if v is not None]
     else:
         raise InputError(f"{profile.source}: the model's output {prefix or 'value'!r} is a {type(output).__name__}, not a tensor; "
-                         "return tensors (or a ModelOutput, dict, tuple or list of them)")
+                         "return tensors (or a KV cache, ModelOutput, dict, tuple or list of them)")
     flat = [pair for key, value in items for pair in flatten_outputs(value, profile, f"{prefix}_{key}" if prefix else key)]
     if not flat:
         raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
     return flat
+
+
+def _is_cache(output: Any) -> bool:
+    """A transformers KV cache whose layers each hold one key and one value tensor."""
+    import torch
+
+    layers = getattr(output, "layers", None)
+    return (isinstance(layers, list) and bool(layers) and type(output).__module__.startswith("transformers")
+            and all(isinstance(getattr(layer, "keys", None), torch.Tensor) and isinstance(getattr(layer, "values", None), torch.Tensor)
+                    for layer in layers))
 
 
 @contextlib.contextmanager

@@ -165,3 +165,20 @@ def test_the_decoder_corpus_is_recorded_and_docs_show_it():
     start, end = "<!-- decoder table: python bench/models.py --decoder-table -->\n", "<!-- end of decoder table -->"
     docs = (REPO / "docs" / "decoders.md").read_text()
     assert docs.split(start, 1)[1].split(end, 1)[0] == bench.decoder_table(results)
+
+
+def test_a_returned_cache_is_flattened_and_anything_else_refused_in_one_line():
+    import torch
+    from transformers import DynamicCache, LlamaConfig
+
+    from pipeline.core.errors import InputError
+    from pipeline.export import flatten_outputs
+
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
+    cache = DynamicCache(ddp_cache_data=[(torch.zeros(1, 2, 3, 16), torch.ones(1, 2, 3, 16))] * 2, config=config)
+    profile = load_profile("bert-tiny")
+    flat = flatten_outputs({"logits": torch.zeros(1), "past_key_values": cache}, profile)
+    assert [name for name, _ in flat] == ["logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+    assert float(flat[2][1].sum()) == 2 * 3 * 16, "the value tensor, not the key"
+    with pytest.raises(InputError, match=r"the model's output 'state' is a object, not a tensor; return tensors \(or a KV cache"):
+        flatten_outputs({"state": object()}, profile)
