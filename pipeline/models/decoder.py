@@ -39,9 +39,8 @@ def prepare(model: Any, profile: Profile) -> tuple[Any, Profile]:
 
 
 def generates(module: Any) -> bool:
-    """A Hugging Face decoder-only model (one that takes a KV cache), with or without its cache exported."""
-    return (is_pretrained(module) and not getattr(module.config, "is_encoder_decoder", False)
-            and "past_key_values" in inspect.signature(type(module).forward).parameters)
+    """A Hugging Face decoder-only model (one that returns a KV cache), with or without its cache exported."""
+    return is_pretrained(module) and not getattr(module.config, "is_encoder_decoder", False) and returns_cache(module)
 
 
 def is_pretrained(module: Any) -> bool:
