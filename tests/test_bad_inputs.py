@@ -237,6 +237,7 @@ CASES = {
     "more new tokens than the cache holds": Case(("export", "--profile", "llama-many-tokens.toml", "-o", "m.onnx"),
                                                  "export.new_tokens = 100 does not fit dims.past_seq.max = 56"),
     "a 7B default config": Case(("export", "--profile", "llama-full-size.toml", "-o", "m.onnx"), "M parameters, "),
+    "build --min-token-agreement without a precision": Case(("build", "--min-token-agreement", "0.5"), "--min-token-agreement is the generation gate"),
     "a dim other than past_seq at 0": Case(("export", "--profile", "batch-min-0.toml", "-o", "m.onnx"), "dims.batch.min: 0 is allowed only for past_seq"),
     # 9. names from files reach the terminal escaped
     "control characters in a path": Case(("optimize", "\x1b]0;evil\x07.onnx", "-o", "out.onnx"), "\\x1b]0;evil\\x07.onnx: is empty"),

@@ -79,6 +79,8 @@ def build(
     from pipeline.stages import build_plan
 
     _check_build_flags(fp16, int8, calib, preset, min_cosine)
+    if min_token_agreement is not None and not (fp16 or int8):
+        raise PipelineError("--min-token-agreement is the generation gate of the FP16/INT8 stages, which this build does not run; add --fp16/--int8 or drop it")
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     out_console = stdout_console()
