@@ -62,7 +62,7 @@ def build(
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
     preset: Annotated[Optional[PresetName], typer.Option(help="INT8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
     min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8].")] = None,
-    min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help="A decoder's gate: share of greedy tokens equal to torch's [default: 0.5 FP16, 0.25 INT8; docs/decoders.md].")] = None,
+    min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help="A decoder's gate: share of greedy tokens equal to torch's [default: 0.5 FP16, 0 INT8 (recorded only); docs/decoders.md].")] = None,
     verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
     weak_fp16: Annotated[bool, typer.Option("--weak-fp16", help="TensorRT 10.x only: also let the builder pick FP16 kernels (legacy weak typing).")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default: artifacts/<profile>].")] = None,

@@ -170,7 +170,8 @@ class QuantSection(_Section):
     min_cosine_fp16: float = Field(default=0.999, ge=0, le=1)
     min_cosine_int8: float = Field(default=0.99, ge=0, le=1)
     min_token_agreement_fp16: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
-    min_token_agreement_int8: float = Field(default=0.25, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
+    min_token_agreement_int8: float = Field(default=0.0, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share); "
+                                            "0: recorded, not gated (docs/decoders.md)")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
 
