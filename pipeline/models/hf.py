@@ -167,6 +167,7 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     except KeyError as err:
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
     accepted = inspect.signature(model_class.forward).parameters
+    decoder = False
     if "pixel_values" in accepted:
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]

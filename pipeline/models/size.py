@@ -11,8 +11,9 @@ from typing import Any
 from pipeline.core.errors import ProfileError
 
 # Peak resident memory the export stage adds, over the FP32 weights' bytes (the model, the traced
-# program, the ONNX proto and its file, the onnxruntime session that verifies it): 6.6x measured on
-# a 29M-parameter Llama with the dynamo exporter (bench/export_memory.py, bench/results/export_memory.json); rounded up.
+# program, the ONNX proto and its file, the onnxruntime session that verifies it): 6.7x measured on
+# a 29M-parameter Llama with the dynamo exporter, 5.9x with torchscript (bench/export_memory.py,
+# bench/results/export_memory.json); rounded up.
 EXPORT_MEMORY_FACTOR = 7
 
 # What `init --hf MODEL_TYPE` writes for a config's size keys (those the config has, under its own
