@@ -12,6 +12,8 @@ justification below), seconds per stage and in total; and the load average befor
 
 Run: python bench/models.py            -> bench/results/models.json (about 5 minutes on 2 cores)
      python bench/models.py --table    prints the docs/performance.md table from bench/results/models.json
+     python bench/models.py --decoders -> the decoders (both cache forms, both exporters, through int8) into the same file
+     python bench/models.py --decoder-table   prints docs/decoders.md's table
 """
 
 from __future__ import annotations
@@ -49,6 +51,76 @@ MODEL_NOTES = {
         "and which TensorRT versions import them is unchecked here (no TensorRT on this machine), so they are not emitted"
     ),
 }
+
+
+# The decoders (docs/decoders.md): each with its KV cache (the profile as written) and without (cache = "none", the
+# cache inputs and past_seq removed), with both exporters. Run: python bench/models.py --decoders (merged into RESULTS).
+DECODERS = ["hf-gpt2-past-tiny", "hf-llama-past-tiny", "hf-qwen2-tiny", "hf-phi3-tiny"]
+CACHES = ["with-past", "none"]
+
+
+def without_cache(text: str) -> str:
+    """A with-past decoder profile's text as its cache = "none" form: no cache inputs, no past_seq, the mask over seq."""
+    blocks = [b for b in text.split("\n\n") if "past_key_values." not in b and "[dims.past_seq]" not in b]
+    return "\n\n".join(blocks).replace('"past_seq+seq"', '"seq"').replace('cache = "with-past"', 'cache = "none"')
+
+
+def decoder_profile(name: str, cache: str, exporter: str, folder: Path) -> Path:
+    target = corpus_profile(name, exporter, folder)
+    if cache == "none":
+        target.write_text(without_cache(target.read_text()))
+    return target
+
+
+def run_decoder(name: str, cache: str, exporter: str) -> dict:
+    """One `build --fp16 --int8` of a decoder: the corpus record plus the generation check's figures per stage
+    and its share of each stage's seconds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        profile = decoder_profile(name, cache, exporter, folder)
+        started = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "pipeline", "build", "--profile", str(profile), "--fp16", "--int8", "--until", "int8",
+                              "--out", str(folder / "out")], cwd=REPO, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+        manifest_path = folder / "out" / "manifest.json"
+        stages = {s["name"]: s for s in json.loads(manifest_path.read_text())["stages"]} if manifest_path.is_file() else {}
+    error = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    record = {"model": name, "cache": cache, "exporter": exporter, "passed": run.returncode == 0, "error": error[0] if error else None,
+              "seconds_total": round(seconds, 2), "seconds": {k: round(s["seconds"], 2) for k, s in stages.items() if s["status"] == "done"}}
+    done = {k: s["metrics"] for k, s in stages.items() if s["status"] == "done"}
+    if "export" in done:
+        record["export"] = {"nodes": done["export"]["nodes"], "max_abs_diff": done["export"]["max_abs_diff"],
+                            "inputs": len([1 for _ in done["export"].get("checked_shapes", [{}])[0]])}
+    if "optimize" in done:
+        record["optimize"] = {"nodes_before": done["optimize"]["nodes_before"], "nodes_after": done["optimize"]["nodes_after"],
+                              "applied": {r["rule"]: r["applied"] for r in done["optimize"]["rules"] if r["applied"]}}
+    if "int8" in done:
+        record["int8"] = {"qdq_pairs": done["int8"]["qdq_pairs"], "lint": done["int8"]["lint"]["count"], "cosine_centered": done["int8"]["accuracy"]["cosine_centered"]}
+    record["generation"] = {}
+    for stage, metrics in done.items():
+        if "generation" in metrics:
+            g = metrics["generation"]
+            record["generation"][stage] = {"token_agreement": g["token_agreement"], "first_divergent_step": g["first_divergent_step"],
+                                           "min_cosine_centered": g["min_cosine_centered"], "check_seconds": g["check_seconds"],
+                                           "share_of_stage": round(g["check_seconds"] / max(stages[stage]["seconds"], 1e-9), 3)}
+    return record
+
+
+def decoder_table(results: dict) -> str:
+    """docs/decoders.md's corpus table, rendered from the recorded decoder runs."""
+    rows = ["| model | cache | exporter | result | nodes (optimize) | token agreement export / opt / fp16 / int8 | first divergent step fp16 / int8 | "
+            "Q/DQ | lint | s (export/opt/fp16/int8) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results.get("decoders", []):
+        if not r["passed"]:
+            rows.append(f"| {r['model']} | {r['cache']} | {r['exporter']} | fails: {(r['error'] or '').removeprefix('error: ')[:160]} | | | | | | |")
+            continue
+        g = r["generation"]
+        agreement = " / ".join(f"{g[k]['token_agreement']:.0%}" for k in ("export", "optimize", "fp16", "int8"))
+        divergent = " / ".join("none" if g[k]["first_divergent_step"] is None else str(g[k]["first_divergent_step"]) for k in ("fp16", "int8"))
+        secs = "/".join(f"{r['seconds'].get(k, 0):.1f}" for k in ("export", "optimize", "fp16", "int8"))
+        rows.append(f"| {r['model']} | {r['cache']} | {r['exporter']} | passes | {r['optimize']['nodes_before']} -> {r['optimize']['nodes_after']} | "
+                    f"{agreement} | {divergent} | {r['int8']['qdq_pairs']} | {r['int8']['lint']} | {secs} |")
+    return "\n".join(rows) + "\n"
 
 
 def corpus_profile(name: str, exporter: str, folder: Path) -> Path:
@@ -175,7 +247,24 @@ def main() -> None:
     if sys.argv[1:] == ["--table"]:
         sys.stdout.write(table(json.loads(RESULTS.read_text())))
         return
+    if sys.argv[1:] == ["--decoder-table"]:
+        sys.stdout.write(decoder_table(json.loads(RESULTS.read_text())))
+        return
     from pipeline.core.fileio import write_json
+
+    if sys.argv[1:] == ["--decoders"]:
+        results, load_before, decoders = json.loads(RESULTS.read_text()), os.getloadavg(), []
+        for name in DECODERS:
+            for cache in CACHES:
+                for exporter in EXPORTERS:
+                    print(f"{name} {cache} ({exporter}) ...", end=" ", flush=True)
+                    decoders.append(run_decoder(name, cache, exporter))
+                    print("passes" if decoders[-1]["passed"] else decoders[-1]["error"], f"({decoders[-1]['seconds_total']} s)", flush=True)
+        results["decoders"] = decoders
+        results["decoders_machine"] = {"load_average_before": load_before, "load_average_after": os.getloadavg()}
+        write_json(RESULTS, results)
+        print(f"wrote {RESULTS}")
+        return
 
     load_before = os.getloadavg()
     runs = []

@@ -17,7 +17,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,8 @@ class ExportResult:
     max_abs_diff: float
     checked_shapes: list[dict[str, list[int]]]
     outputs: list[str]
+    derived: dict[str, Any] | None = None  # inputs and dims added for a decoder's cache (pipeline/models/decoder.py)
+    generation: dict[str, Any] | None = None  # a decoder's greedy generation on onnxruntime vs torch (pipeline/core/generation.py)
 
 
 def factory_fingerprint(profile: Profile) -> dict[str, Any]:
@@ -61,15 +63,19 @@ def factory_fingerprint(profile: Profile) -> dict[str, Any]:
         "inputs": [s.model_dump() for s in profile.inputs],
         "dims": {k: v.model_dump() for k, v in profile.dims.items()},
         "export": profile.export.model_dump(),
-        "exporter_code": sha256_file(Path(__file__)),
+        "exporter_code": [sha256_file(Path(__file__)), *(sha256_file(Path(__file__).parent / part) for part in _DECODER_CODE)],
         "torch": _package_version("torch"),
     }
 
 
+_DECODER_CODE = ("models/decoder.py", "core/generation.py")
+
+
 def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None,
-                 functions: list[str] | None = None) -> ExportResult:
+                 functions: list[str] | None = None, generation_reference: Path | None = None) -> ExportResult:
     """Export the profile's model to `output` (atomically) and check it against torch. `functions`:
-    module class names exported as ONNX local functions (TorchScript exporter), one call per instance."""
+    module class names exported as ONNX local functions (TorchScript exporter), one call per instance.
+    A decoder's greedy generation is checked too; `generation_reference`: where torch's is saved for later stages."""
     import torch
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
@@ -77,7 +83,8 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     if functions and exporter != "torchscript":
         raise InputError("--functions needs --exporter torchscript: torch's dynamo exporter does not export modules as ONNX functions")
     status("building the PyTorch model")
-    module, example, dynamic_shapes = build_module(profile)
+    given = profile
+    module, example, dynamic_shapes, profile = build_module(profile)
     function_classes = _function_classes(module, functions or [])
     input_names = [spec.name for spec in profile.inputs]
     with torch.no_grad():
@@ -113,7 +120,41 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
             raise _unsupported_operator(err, module, example, exporter, profile) from err
         status("verifying against torch on onnxruntime (CPU)")
         result = _verify(profile, module, tmp, exporter)
-    return result
+        from pipeline.models.decoder import derived_inputs, generates
+
+        generation = None
+        if generates(module):
+            status("generation check: greedy decoding on onnxruntime vs torch")
+            generation = _check_generation(profile, module, tmp, generation_reference)
+    return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_path: Path | None) -> dict[str, Any]:
+    """Greedy decoding with torch and with the exported file on onnxruntime (pipeline/core/generation.py):
+    the tokens must agree exactly. torch's run is saved to `reference_path` (if given) for later stages."""
+    import time
+
+    import onnx
+    import torch
+
+    from pipeline.core.generation import compare, embedding_head, greedy, require_exact, save_reference
+
+    names = [spec.name for spec in profile.inputs]
+
+    def torch_run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            output = module(*(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names))
+        return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
+
+    head = embedding_head(onnx.load(str(onnx_path)))
+    started = time.perf_counter()
+    reference = greedy(torch_run, profile, head)
+    session = OnnxSession(onnx_path)
+    figures = compare(reference, greedy(session.run_named, profile, head))
+    require_exact(figures, "export", "torch's")
+    if reference_path is not None:
+        save_reference(reference_path, reference, head)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
 
 
 def _function_classes(module: Any, names: list[str]) -> set[type]:
@@ -154,9 +195,19 @@ def _stamp_function_calls(onnx_path: Path, module: Any, example: tuple, classes:
     onnx.save(model, str(onnx_path))
 
 
-def build_module(profile: Profile) -> tuple[Any, tuple, Any]:
-    """The profile's torch model in eval mode, its example inputs and dynamic shapes (or None)."""
-    return _build_hf(profile) if profile.model.is_hf else _build_model(profile)
+def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
+    """The profile's torch model in eval mode, its example inputs, dynamic shapes (or None), and the
+    profile its export uses: a Hugging Face model (or a factory's, without example inputs) has its
+    forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py)."""
+    from pipeline.core.generation import prompts
+    from pipeline.models.decoder import generates, is_pretrained, prepare
+
+    module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
+    if example is None and is_pretrained(module):
+        module, profile = prepare(module, profile)
+        if generates(module):
+            prompts(profile)  # the generation check fits the profile's dims: said before the export, not after
+    return module, example if example is not None else _default_example(profile), dynamic_shapes, profile
 
 
 def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
@@ -194,21 +245,19 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
             "expected a torch.nn.Module or (module, example_inputs[, dynamic_shapes])"
         )
     module, example, dynamic_shapes = (*made, None, None)[:3]
-    if example is None:
-        example = _default_example(profile)
-    if len(example) != len(profile.inputs):
+    if example is not None and len(example) != len(profile.inputs):
         raise ProfileError(f"{profile.source}: {profile.model.factory} gives {len(example)} example inputs, the profile declares {len(profile.inputs)}")
-    return module.eval(), tuple(example), dynamic_shapes
+    return module.eval(), tuple(example) if example is not None else None, dynamic_shapes
 
 
-def _build_hf(profile: Profile) -> tuple[Any, tuple, None]:
-    """The profile's Hugging Face model (hf / hf_config, task), seeded, with example inputs from the profile."""
+def _build_hf(profile: Profile) -> tuple[Any, None, None]:
+    """The profile's Hugging Face model (hf / hf_config, task), seeded; example inputs come from the profile."""
     import torch
 
-    from pipeline.models.hf import build_hf_model
+    from pipeline.models.hf import load_hf_model
 
     torch.manual_seed(profile.model.seed)
-    return build_hf_model(profile), _default_example(profile), None
+    return load_hf_model(profile), None, None
 
 
 def _default_example(profile: Profile) -> tuple:
@@ -234,23 +283,36 @@ def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tup
 
     A tensor alone is "output"; a ModelOutput or dict gives its keys in order, None values
     skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
-    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0).
+    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0);
+    a transformers KV cache gives present.{i}.key / present.{i}.value.
     """
     import torch
 
     if isinstance(output, torch.Tensor):
         return [(prefix or "output", output)]
+    if _is_cache(output):  # a transformers Cache: one key and one value tensor per layer, named as Optimum does
+        return [(f"present.{i}.{kind}", getattr(layer, f"{kind}s")) for i, layer in enumerate(output.layers) for kind in ("key", "value")]
     if isinstance(output, Mapping):
         items = [(str(k), v) for k, v in output.items() if v is not None]
     elif isinstance(output, (tuple, list)):
         items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(output) if v is not None]
     else:
         raise InputError(f"{profile.source}: the model's output {prefix or 'value'!r} is a {type(output).__name__}, not a tensor; "
-                         "return tensors (or a ModelOutput, dict, tuple or list of them)")
+                         "return tensors (or a KV cache, ModelOutput, dict, tuple or list of them)")
     flat = [pair for key, value in items for pair in flatten_outputs(value, profile, f"{prefix}_{key}" if prefix else key)]
     if not flat:
         raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
     return flat
+
+
+def _is_cache(output: Any) -> bool:
+    """A transformers KV cache whose layers each hold one key and one value tensor."""
+    import torch
+
+    layers = getattr(output, "layers", None)
+    return (isinstance(layers, list) and bool(layers) and type(output).__module__.startswith("transformers")
+            and all(isinstance(getattr(layer, "keys", None), torch.Tensor) and isinstance(getattr(layer, "values", None), torch.Tensor)
+                    for layer in layers))
 
 
 @contextlib.contextmanager
@@ -283,7 +345,8 @@ def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
 
     dims = {name: torch.export.Dim(name, min=d.min, max=d.max) for name, d in profile.dims.items() if d.min != d.max}
     shapes = tuple(
-        {axis: dims[size] for axis, size in enumerate(spec.shape) if isinstance(size, str) and size in dims}
+        {axis: dims[size] if size in dims else torch.export.Dim.AUTO  # a sum (past_seq+seq): torch.export derives it
+         for axis, size in enumerate(spec.shape) if isinstance(size, str) and (size in dims or "+" in size)}
         for spec in profile.inputs
     )
     return shapes if any(shapes) else None
@@ -302,8 +365,10 @@ def _varargs_shapes(shapes: Any, module: Any) -> tuple | None:
 
 
 def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
+    from pipeline.core.profiles import dim_terms
+
     dynamic = {name for name, d in profile.dims.items() if d.min != d.max}
-    axes = {spec.name: {i: s for i, s in enumerate(spec.shape) if s in dynamic} for spec in profile.inputs}
+    axes = {spec.name: {i: s for i, s in enumerate(spec.shape) if isinstance(s, str) and set(dim_terms(s)) & dynamic} for spec in profile.inputs}
     return {name: a for name, a in axes.items() if a}
 
 
@@ -312,9 +377,11 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> Ex
     import onnx
     import torch
 
+    from pipeline.models.decoder import prefill_sizes
+
     worst, checked = 0.0, []
     session = OnnxSession(onnx_path)
-    for i, sizes in enumerate(check_sizes(profile)):
+    for i, sizes in enumerate(check_sizes(profile) + prefill_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         with torch.no_grad():
             expected = {name: t.numpy() for name, t in flatten_outputs(module(*(torch.from_numpy(a) for a in feeds.values())), profile)}

@@ -30,6 +30,7 @@ from pipeline.core.fileio import sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, Manifest, StageRecord, downstream
 from pipeline.core.profiles import Profile
 from pipeline.core.text import printable
+from pipeline.models.decoder import apply_derived
 from pipeline.settings import Settings, UndeclaredSetting
 from pipeline.summary import split_next_step
 
@@ -195,6 +196,7 @@ class Runner:
         if previous is None or record.status == "failed" or record.output_sha256 != previous.output_sha256:
             self.changed.append(record)
         self.ctx.manifest.put(record)
+        self.ctx.profile = apply_derived(self.ctx.profile, record.metrics.get("derived_inputs"))  # a decoder's cache inputs, from export
         self._print_line(stage, record)
         if record.status == "failed":
             raise CapabilityMissing(record.reason)

@@ -95,6 +95,8 @@ REGISTRY: dict[str, Setting] = {
         _field("quant", "min_cosine_fp8", "min_cosine"),
         _field("quant", "min_cosine_int4", "min_cosine"),
         _field("quant", "min_cosine_bf16", "min_cosine"),
+        _field("quant", "min_token_agreement_fp16", "min_token_agreement"),
+        _field("quant", "min_token_agreement_int8", "min_token_agreement"),
         _field("quant", "int4_method"),
         _field("quant", "fp16_exclude_op_types"),
         _field("quant", "fp16_exclude_nodes"),

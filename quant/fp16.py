@@ -41,11 +41,14 @@ class Fp16Result:
 
 def convert_fp16(
     source: Path, target: Path, op_types_to_exclude: list[str], nodes_to_exclude: list[str], feed_sets: list[dict[str, np.ndarray]],
+    reference_feeds: dict[str, np.ndarray] | None = None,
 ) -> Fp16Result:
-    """Convert `source` to mixed FP16 and write `target` only if it runs on every feed set."""
+    """Convert `source` to mixed FP16 and write `target` only if it runs on every feed set. `reference_feeds`:
+    the inputs AutoCast's FP32 reference run uses instead of its random ones (a decoder's attention
+    mask must be past_seq + seq long, which random shapes never are)."""
     import onnx
 
-    model, providers, repaired = _autocast(source, "fp16", op_types_to_exclude, nodes_to_exclude)
+    model, providers, repaired = _autocast(source, "fp16", op_types_to_exclude, nodes_to_exclude, reference_feeds)
     with atomic_path(target) as tmp:
         onnx.save(model, str(tmp))
         session, checked = check_runs(tmp, feed_sets, "fp16")
@@ -90,7 +93,8 @@ def convert_bf16(
     return Bf16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, unchecked)
 
 
-def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str]):
+def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str],
+              reference_feeds: dict[str, np.ndarray] | None = None):
     """AutoCast's mixed-precision model of `source`, the providers it used, and the dims repaired."""
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
@@ -103,15 +107,30 @@ def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[s
     providers = ["cuda", "cpu"] if cuda_device_present() else ["cpu"]
     logging.getLogger("modelopt").setLevel(logging.WARNING)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), _npz(reference_feeds) as calibration_data:
             model = convert_to_mixed_precision(
                 onnx_path=str(source), low_precision_type=low_precision_type, keep_io_types=True, providers=providers,
                 op_types_to_exclude=op_types_to_exclude or None, nodes_to_exclude=nodes_to_exclude or None,
+                calibration_data=calibration_data,
             )
     except (ValueError, KeyError) as err:
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
     return model, providers, repaired
+
+
+@contextlib.contextmanager
+def _npz(feeds: dict[str, np.ndarray] | None):
+    """`feeds` in a temporary .npz file (its path), or None."""
+    if feeds is None:
+        yield None
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "reference.npz"
+        np.savez(path, **feeds)
+        yield str(path)
 
 
 def repair_placeholder_dims(model, source) -> int:

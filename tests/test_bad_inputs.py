@@ -94,6 +94,31 @@ def inner_type_error(hidden=4):
 '''
 
 
+def _hf_profile(config: str, extra: str = "", past: bool = False, ids: str = "input_ids") -> str:
+    """A text-model profile on a Hugging Face config; `past`: with the cache inputs of a 2-layer, 2-KV-head Llama."""
+    text = (f'name = "d"\n[model.hf_config]\n{config}\n[dims.batch]\nmin = 1\nopt = 1\nmax = 2\n[dims.seq]\nmin = 1\nopt = 4\nmax = 8\n'
+            f'[[inputs]]\nname = "{ids}"\ndtype = "int64"\nshape = ["batch", "seq"]\nrange = [0, 100]\n{extra}\n')
+    if past:
+        text += "[dims.past_seq]\nmin = 0\nopt = 4\nmax = 4\n" + "".join(
+            f'[[inputs]]\nname = "past_key_values.{i}.{kind}"\ndtype = "float32"\nshape = ["batch", 2, "past_seq", 16]\n'
+            for i in (0, 7) for kind in ("key", "value"))
+    return text
+
+
+LLAMA = ('model_type = "llama"\nvocab_size = 100\nhidden_size = 64\nintermediate_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n'
+         "num_key_value_heads = 2\nmax_position_embeddings = 64")
+DECODER_PROFILES = {
+    "bert-with-past.toml": _hf_profile('model_type = "bert"\nvocab_size = 100\nhidden_size = 32\nnum_hidden_layers = 1\nnum_attention_heads = 2\n'
+                                       'intermediate_size = 32', '[export]\ncache = "with-past"'),
+    "t5-with-past.toml": _hf_profile('model_type = "t5"\nvocab_size = 100\nd_model = 32\nd_ff = 32\nd_kv = 8\nnum_layers = 1\nnum_heads = 2',
+                                     '[export]\ncache = "with-past"'),
+    "llama-layer7.toml": _hf_profile(LLAMA, past=True),
+    "llama-many-tokens.toml": _hf_profile(LLAMA, '[export]\nnew_tokens = 100'),
+    "llama-full-size.toml": _hf_profile('model_type = "llama"'),
+    "batch-min-0.toml": _hf_profile(LLAMA).replace("[dims.batch]\nmin = 1", "[dims.batch]\nmin = 0"),
+}
+
+
 def _profile(factory: str, extra: str = "") -> str:
     return f'name = "p"\n[model]\nfactory = "{factory}"\n{extra}\n[[inputs]]\nname = "x"\ndtype = "float32"\nshape = [2, 8]\n'
 
@@ -138,6 +163,9 @@ def library(tmp_path_factory) -> Path:
     _conv_only(root / "conv.onnx")
     (root / "conv.toml").write_text(CONV_PROFILE)
     (root / "convnext.toml").write_text(CONVNEXT_PROFILE)
+    # decoders (issue 22)
+    for name, text in DECODER_PROFILES.items():
+        (root / name).write_text(text)
     return root
 
 
@@ -235,6 +263,17 @@ CASES = {
     "compare --exporters without a profile": Case(("compare", "--exporters"), "compare --exporters needs --profile NAME"),
     "compare --exporters with a file": Case(("compare", "good.onnx", "--exporters", "--profile", "tiny.toml"), "give no ONNX file and no --torch"),
     "compare without a model": Case(("compare", "--profile", "tiny.toml"), "compare: give two ONNX files (A, the reference, then B), one with --torch"),
+    # 10. decoders (issue 22): cache layouts, encoder-decoders, sizes, dims the generation check cannot use
+    "with-past on an encoder": Case(("export", "--profile", "bert-with-past.toml", "-o", "m.onnx"), 'BertModel takes no KV cache'),
+    "with-past on an encoder-decoder": Case(("export", "--profile", "t5-with-past.toml", "-o", "m.onnx"), "T5Model is an encoder-decoder; one graph with past"),
+    "init an encoder-decoder": Case(("init", "--hf", "t5", "-o", "t5.toml"), "T5 is an encoder-decoder model"),
+    "cache inputs of a layer the model lacks": Case(("export", "--profile", "llama-layer7.toml", "-o", "m.onnx"),
+                                                    "the cache inputs must be past_key_values.{i}.key and .value for i in 0..1"),
+    "more new tokens than the cache holds": Case(("export", "--profile", "llama-many-tokens.toml", "-o", "m.onnx"),
+                                                 "export.new_tokens = 100 does not fit dims.past_seq.max = 56"),
+    "a 7B default config": Case(("export", "--profile", "llama-full-size.toml", "-o", "m.onnx"), "M parameters, "),
+    "build --min-token-agreement without a precision": Case(("build", "--min-token-agreement", "0.5"), "--min-token-agreement is the generation gate"),
+    "a dim other than past_seq at 0": Case(("export", "--profile", "batch-min-0.toml", "-o", "m.onnx"), "dims.batch.min: 0 is allowed only for past_seq"),
     # 9. names from files reach the terminal escaped
     "control characters in a path": Case(("optimize", "\x1b]0;evil\x07.onnx", "-o", "out.onnx"), "\\x1b]0;evil\\x07.onnx: is empty"),
     # issue 28: a model onnx_ir cannot represent (onnxruntime's own sample, ZipMap's map-typed output)

@@ -257,7 +257,8 @@ def test_init_from_a_model_type_and_its_errors(tmp_path):
 
     (tmp_path / "vit.toml").write_text(starter_profile("vit", "image-classification", "vit", tmp_path))
     profile = load_profile(str(tmp_path / "vit.toml"))
-    assert profile.model.hf_config == {"model_type": "vit"} and [(s.name, s.shape) for s in profile.inputs] == [("pixel_values", ["batch", 3, 224, 224])]
+    assert profile.model.hf_config["model_type"] == "vit" and profile.model.hf_config["hidden_size"] == 64, "init's small config"
+    assert [(s.name, s.shape) for s in profile.inputs] == [("pixel_values", ["batch", 3, 224, 224])]
     with pytest.raises(InputError) as unknown:
         starter_profile("no-such-type", "base", "x", tmp_path)
     assert str(unknown.value) == ("init --hf no-such-type: neither a folder written by save_pretrained nor a model_type transformers knows "

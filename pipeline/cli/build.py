@@ -73,6 +73,7 @@ def build(
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
     preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
     min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8/FP8/BF16, 0.98 INT4].")] = None,
+    min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help="A decoder's gate: share of greedy tokens equal to torch's [default: 0.5 FP16, 0 INT8 (recorded only); docs/decoders.md].")] = None,
     verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
     weak_fp16: Annotated[bool, typer.Option("--weak-fp16", help="TensorRT 10.x only: also let the builder pick FP16 kernels (legacy weak typing).")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default: artifacts/<profile>].")] = None,
@@ -90,6 +91,8 @@ def build(
     from pipeline.summary import print_next_steps, shown_path
 
     _check_build_flags({"fp16": fp16, "int8": int8, "fp8": fp8, "int4": int4, "bf16": bf16}, calib, preset, min_cosine)
+    if min_token_agreement is not None and not (fp16 or int8):
+        raise PipelineError("--min-token-agreement is the generation gate of the FP16/INT8 stages, which this build does not run; add --fp16/--int8 or drop it")
     loaded = load_profile(profile)
     out_dir = out or Path("artifacts") / loaded.name
     out_console = stdout_console()
@@ -108,6 +111,7 @@ def build(
         if manifest.profile != loaded.name:
             raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
         options = {"onnx": onnx, "fp16": fp16, "int8": int8, "fp8": fp8, "int4": int4, "bf16": bf16, "calib": calib, "preset": preset.value if preset else None, "min_cosine": min_cosine,
+                   "min_token_agreement": min_token_agreement,
                    "verbosity": verbosity.value if verbosity else None, "weak_fp16": weak_fp16}
         ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
         records = Runner(ctx, out_console, force=force, strict=strict).run(build_plan(options), until=until.value if until else None)

@@ -42,8 +42,8 @@ class HfTask(str, Enum):
 @app.command(
     help=(
         "Write a starter profile for a Hugging Face model: SOURCE is a folder written by save_pretrained, or a "
-        "model_type (random weights from its default config). Inputs come from the model's forward (input_ids, "
-        "attention_mask, token_type_ids; or pixel_values), dims from the config; edit them to your shapes.\n\n"
+        "model_type (random weights from a small config; --full-size for its default sizes). Inputs come from the model's forward "
+        "(input_ids, attention_mask, token_type_ids; or pixel_values; a decoder's KV cache), dims from the config; edit them to your shapes.\n\n"
         "Examples:\n\n"
         "  python -m pipeline init --hf ./my-checkpoint --task sequence-classification -o my-model.toml\n\n"
         "  python -m pipeline init --hf bert -o bert.toml"
@@ -53,6 +53,7 @@ def init(
     hf: Annotated[str, typer.Option("--hf", help="save_pretrained folder, or a model_type such as bert, gpt2, vit.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (never overwritten).")],
     task: Annotated[HfTask, typer.Option(help="The head to load.")] = HfTask.base,
+    full_size: Annotated[bool, typer.Option("--full-size", help="With a model_type: its default config's sizes (e.g. 7B parameters), not a small config.")] = False,
 ) -> None:
     if output.exists():
         raise PipelineError(f"{output} exists; choose another -o or remove it")
@@ -61,7 +62,7 @@ def init(
     from pipeline.models.hf import starter_profile
 
     name = output.stem if output.suffix == ".toml" else output.name
-    text = starter_profile(hf, task.value, name, output.resolve().parent)
+    text = starter_profile(hf, task.value, name, output.resolve().parent, full_size)
     write_text(output, text)
     load_profile(str(output))  # what was written is a valid profile
     stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",

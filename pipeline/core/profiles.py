@@ -41,7 +41,7 @@ class _Section(BaseModel):
 class DimRange(_Section):
     """A dynamic dimension: the range the engine accepts and the size it is tuned for."""
 
-    min: int = Field(ge=1)
+    min: int = Field(ge=0, description="0 only for past_seq: an empty KV cache at prefill")
     opt: int = Field(ge=1)
     max: int = Field(ge=1)
 
@@ -52,8 +52,21 @@ class DimRange(_Section):
         return self
 
 
+EMPTY_ALLOWED = "past_seq"  # the one dim that may be 0: a decoder's KV cache before the first token
+
+
+def dim_terms(size: str) -> list[str]:
+    """The dim names a shape entry adds up: "seq" -> [seq]; "past_seq+seq" -> [past_seq, seq] (a decoder's attention mask)."""
+    return [term.strip() for term in size.split("+")]
+
+
+def dim_size(size: int | str, sizes: dict[str, int]) -> int:
+    """A shape entry's size: an int as is, a dim name (or a sum of them) from `sizes`."""
+    return size if isinstance(size, int) else sum(sizes[term] for term in dim_terms(size))
+
+
 class InputSpec(_Section):
-    """One model input. `shape` holds sizes or names of dims declared under [dims]."""
+    """One model input. `shape` holds sizes, names of dims declared under [dims], or a sum of them ("past_seq+seq")."""
 
     name: str = Field(min_length=1)
     dtype: Dtype
@@ -139,6 +152,10 @@ class ExportSection(_Section):
     exporter: Literal["dynamo", "torchscript"] = "dynamo"
     opset: int = Field(default=20, ge=17, le=22)
     tolerance: float = Field(default=1e-4, gt=0, description="max |torch - onnxruntime| allowed")
+    cache: Literal["with-past", "none"] | None = Field(
+        default=None, description="a decoder's KV cache: with-past (inputs past_key_values.*, outputs present.*) or none "
+                                  "(use_cache=False) [default: with-past for a model that returns a cache]")
+    new_tokens: int = Field(default=16, ge=1, le=1024, description="greedy tokens the generation check decodes (decoders)")
 
 
 class OptimizeSection(_Section):
@@ -167,6 +184,9 @@ class QuantSection(_Section):
     min_cosine_int4: float = Field(default=0.98, ge=0, le=1, description="weight-only 4-bit, 128-wide blocks")
     min_cosine_bf16: float = Field(default=0.99, ge=0, le=1, description="BF16 keeps 8 mantissa bits to FP16's 11")
     int4_method: Literal["awq_clip", "rtn_dq"] = Field(default="awq_clip", description="AWQ (calibrated) or round to nearest (no data)")
+    min_token_agreement_fp16: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
+    min_token_agreement_int8: float = Field(default=0.0, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share); "
+                                            "0: recorded, not gated (docs/decoders.md)")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
 
@@ -205,18 +225,21 @@ class Profile(_Section):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"input names must be unique, repeated: {', '.join(duplicates)}")
-        used = {size for spec in self.inputs for size in spec.shape if isinstance(size, str)}
+        used = {term for spec in self.inputs for size in spec.shape if isinstance(size, str) for term in dim_terms(size)}
         undeclared = sorted(used - self.dims.keys())
         if undeclared:
             raise ValueError(f"dims {undeclared} are used in input shapes but not declared: add [dims.{undeclared[0]}] with min, opt, max")
         unused = sorted(self.dims.keys() - used)
         if unused:
             raise ValueError(f"dims {unused} are declared but no input shape uses them")
+        empty = sorted(name for name, d in self.dims.items() if d.min == 0 and name != EMPTY_ALLOWED)
+        if empty:
+            raise ValueError(f"dims.{empty[0]}.min: 0 is allowed only for {EMPTY_ALLOWED} (an empty KV cache); set it to 1 or more")
         return self
 
     def shape(self, spec: InputSpec, which: Literal["min", "opt", "max"] = "opt") -> tuple[int, ...]:
         """The concrete shape of an input with each named dim at its min, opt or max."""
-        return tuple(size if isinstance(size, int) else getattr(self.dims[size], which) for size in spec.shape)
+        return tuple(dim_size(size, {name: getattr(d, which) for name, d in self.dims.items()}) for size in spec.shape)
 
     @property
     def dynamic(self) -> bool:

@@ -6,7 +6,7 @@ from typing import Literal
 
 import numpy as np
 
-from pipeline.core.profiles import InputSpec, Profile
+from pipeline.core.profiles import InputSpec, Profile, dim_size
 
 
 def make_inputs(
@@ -21,7 +21,7 @@ def make_inputs(
     feeds: dict[str, np.ndarray] = {}
     mask_lengths: np.ndarray | None = None
     for spec in profile.inputs:
-        shape = tuple(s if isinstance(s, int) else sizes[s] for s in spec.shape)
+        shape = tuple(dim_size(s, sizes) for s in spec.shape)
         if spec.fill == "mask":
             if mask_lengths is None or mask_lengths.shape != shape[:-1]:
                 mask_lengths = _valid_lengths(rng, shape)

@@ -7,8 +7,8 @@
                                         # masked-lm, causal-lm, image-classification
 
 The profile's inputs are passed to the model's forward by name (input_ids, attention_mask,
-token_type_ids, position_ids, pixel_values, ...), in the profile's order. Caches are off
-(`use_cache=False`): a deployed graph takes and returns tensors only. transformers is the
+token_type_ids, position_ids, pixel_values, ...), in the profile's order. A decoder's KV cache is
+exported as `[export] cache` says (pipeline/models/decoder.py). transformers is the
 optional extra `.[hf]`, imported here only, at call time.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 from pipeline.core.errors import InputError, ProfileError
 from pipeline.core.fileio import sha256_file
 from pipeline.core.profiles import Profile
+from pipeline.models.size import check_fits, small_config_fields
 
 AUTO_CLASSES = {
     "base": "AutoModel",
@@ -31,13 +32,20 @@ AUTO_CLASSES = {
     "causal-lm": "AutoModelForCausalLM",
     "image-classification": "AutoModelForImageClassification",
 }
-TENSOR_ARGUMENTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values", "inputs_embeds", "pixel_mask")
 
 
 def build_hf_model(profile: Profile) -> Any:
-    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order.
+    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order
+    (a decoder's cache as `[export] cache` says: pipeline/models/decoder.py)."""
+    from pipeline.models.decoder import prepare
 
-    The forward is replaced on the instance rather than wrapped in another module, so the
+    return prepare(load_hf_model(profile), profile)[0]
+
+
+def load_hf_model(profile: Profile) -> Any:
+    """The profile's Hugging Face model as transformers builds it (hf / hf_config, task).
+
+    Its forward is later replaced on the instance rather than wrapped in another module, so the
     exported node names keep the model's own scopes (/encoder/layer.0/...)."""
     transformers = _transformers(f"{profile.source}: model.hf/hf_config")
     section, where = profile.model, f"{profile.source}: model"
@@ -51,6 +59,7 @@ def build_hf_model(profile: Profile) -> Any:
         except (ValueError, TypeError) as err:
             raise ProfileError(f"{where}.hf_config: {_first_line(err)}") from err
         try:
+            check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
         except ValueError as err:
             raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
@@ -60,6 +69,8 @@ def build_hf_model(profile: Profile) -> Any:
                                f"stage, num_stages = len(depths)), see {type(config).__name__} in transformers' documentation") from err
     else:
         location = local_folder(profile)
+        if location is not None:  # a model id's config is only known once downloaded
+            _check_folder_fits(transformers, auto, location, f"{where}.hf ({section.hf})")
         try:
             model, loading = auto.from_pretrained(str(location) if location else section.hf, output_loading_info=True)
         except (OSError, ValueError) as err:
@@ -71,21 +82,15 @@ def build_hf_model(profile: Profile) -> Any:
         if fresh:  # transformers would initialize them at random: never deploy that silently
             raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
                                "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
-    names = [spec.name for spec in profile.inputs]
-    accepted = inspect.signature(model.forward).parameters
-    unknown = [n for n in names if n not in accepted]
-    if unknown:
-        offered = [a for a in TENSOR_ARGUMENTS if a in accepted]
-        raise ProfileError(f"{profile.source}: inputs: {type(model).__name__}.forward has no argument {unknown[0]!r}; "
-                           f"name the [[inputs]] after its arguments: {', '.join(offered)}")
-    extra = {k: v for k, v in (("use_cache", False), ("return_dict", True)) if k in accepted}
-    keyword_forward = model.forward
-
-    def forward(*inputs):
-        return keyword_forward(**dict(zip(names, inputs, strict=True)), **extra)
-
-    model.forward = forward
     return model.eval()
+
+
+def _check_folder_fits(transformers: Any, auto: Any, folder: Path, where: str) -> None:
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder))
+        check_fits(auto, config, where)
+    except (OSError, ValueError):
+        return  # from_pretrained says what is wrong with the folder
 
 
 def hf_fingerprint(profile: Profile) -> dict[str, Any]:
@@ -129,10 +134,11 @@ def _first_line(err: Exception) -> str:
     return text.splitlines()[0].split(". Should contain one of")[0] if text else type(err).__name__
 
 
-def starter_profile(source: str, task: str, name: str, profile_folder: Path) -> str:
+def starter_profile(source: str, task: str, name: str, profile_folder: Path, full_size: bool = False) -> str:
     """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
-    model_type (random weights). Inputs come from the config and the task's forward (ids, mask and
-    token types for text, pixel_values for images), dims from its limits; every choice is commented."""
+    model_type (random weights: a small config unless `full_size`). Inputs come from the config and
+    the task's forward (ids, mask and token types for text, pixel_values for images; a decoder's KV
+    cache as Optimum lays it out), dims from its limits; every choice is commented."""
     transformers = _transformers(f"init --hf {source}", InputError)
     folder = Path(source).expanduser()
     try:
@@ -142,23 +148,35 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path) -> 
             model_lines = [f'hf = "{where}"                 # written by save_pretrained, relative to this file']
         else:
             config = transformers.AutoConfig.for_model(source)
+            small = {} if full_size else small_config_fields(config)
+            config = transformers.AutoConfig.for_model(source, **small)
             model_lines = ["", "[model.hf_config]                  # random weights from this config: set the sizes of your model",
                            f'model_type = "{source}"']
+            if small:
+                model_lines += ["# A small config written by init, not the model's default sizes (init --full-size writes those):"]
+                model_lines += [f"{key} = {value}" for key, value in small.items()]
     except (OSError, ValueError) as err:
         raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    if config.is_encoder_decoder:
+        raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
+                         "and its decoder with past as two models in one build is not supported yet: write a factory returning "
+                         "model.get_encoder() (inputs input_ids, attention_mask) to deploy the encoder, or choose a decoder-only model")
     try:
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
     except KeyError as err:
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
     accepted = inspect.signature(model_class.forward).parameters
+    decoder = False
     if "pixel_values" in accepted:
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
         dims = {"batch": (1, 4, 16)}
         inputs = [("pixel_values", "float32", f'["batch", {config.num_channels}, {size}, {size}]', "", "images, channels first")]
     elif "input_ids" in accepted:
-        longest = min(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512, 512)
-        dims = {"batch": (1, 4, 16), "seq": (min(8, longest), min(128, longest), longest)}
+        decoder = _returns_cache(model_class, config)
+        positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
+        longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
+        dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
         inputs = [("input_ids", "int64", '["batch", "seq"]', f"range = [0, {config.vocab_size}]", "token ids inside the vocabulary")]
         if "attention_mask" in accepted:
             inputs.append(("attention_mask", "int64", '["batch", "seq"]', 'fill = "mask"', "1 for tokens, 0 for padding at the end"))
@@ -166,6 +184,8 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path) -> 
             inputs.append(("token_type_ids", "int64", '["batch", "seq"]', f"range = [0, {config.type_vocab_size}]", "segment ids"))
     else:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
+    if decoder:
+        dims, inputs = _with_past_inputs(dims, inputs, config, accepted)
     lines = [f"# Starter profile for {model_class.__name__} (python -m pipeline init --hf {source}).",
              "# Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt).",
              f'name = "{name}"', "", "[model]", f'task = "{task}"', "seed = 0"]
@@ -176,5 +196,41 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path) -> 
         lines += ["", f"[[inputs]]                         # {comment}", f'name = "{input_name}"', f'dtype = "{dtype}"', f"shape = {shape}"]
         lines += [fill] if fill else []
     lines += ["", "[export]", 'exporter = "dynamo"', "opset = 20"]
+    if decoder:
+        lines += ['cache = "with-past"                # one graph for prefill (past_seq = 0) and decode; "none": no KV cache']
     return "\n".join(lines) + "\n"
+
+
+def _returns_cache(model_class: Any, config: Any) -> bool:
+    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device: no memory, any size."""
+    import torch
+
+    from pipeline.models.decoder import returns_cache
+
+    if "past_key_values" not in inspect.signature(model_class.forward).parameters:
+        return False
+    with torch.device("meta"):
+        model = model_class(config)
+    return returns_cache(model)
+
+
+def _with_past_inputs(dims: dict, inputs: list, config: Any, accepted: Any) -> tuple[dict, list]:
+    """A decoder's starter dims and inputs with its KV cache (pipeline/models/decoder.py lays them out)."""
+    import tomllib
+
+    from pipeline.models.decoder import with_past_profile
+
+    comments = {"input_ids": "new token ids", "attention_mask": "1 per past and new token, 0 for padding",
+                "position_ids": "positions of the new tokens", "past_key_values": "the KV cache: [batch, kv_heads, past_seq, head_dim]"}
+    text = "\n".join([f"[dims.{d}]\nmin = {lo}\nopt = {op}\nmax = {hi}" for d, (lo, op, hi) in dims.items()]
+                     + [f'[[inputs]]\nname = "{n}"\ndtype = "{t}"\nshape = {shape}\n{fill}' for n, t, shape, fill, _ in inputs])
+    base = Profile.model_validate({"name": "starter", "model": {"hf_config": {"model_type": config.model_type}}, **tomllib.loads(text)})
+    derived = with_past_profile(base, config, accepted)
+    dims = {d: (r.min, r.opt, r.max) for d, r in derived.dims.items()}
+    rows = []
+    for spec in derived.inputs:
+        fill = f"range = [{int(spec.range[0])}, {int(spec.range[1])}]" if spec.range else f'fill = "{spec.fill}"' if spec.fill != "random" else ""
+        shape = "[" + ", ".join(f'"{s}"' if isinstance(s, str) else str(s) for s in spec.shape) + "]"
+        rows.append((spec.name, spec.dtype, shape, fill, comments.get(spec.name.split(".")[0], "")))
+    return dims, rows
 

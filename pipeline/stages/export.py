@@ -16,8 +16,8 @@ def run_export(job: Job) -> StageResult:
         return StageResult({"onnx": source}, {"nodes": nodes}, skipped=True, reason=f"starting from {source}")
     from pipeline.export import export_model
 
-    output = job.out / "model.onnx"
-    result = export_model(s.profile, output, status=job.status)
+    output, reference = job.out / "model.onnx", job.out / "model.generation.npz"
+    result = export_model(s.profile, output, status=job.status, generation_reference=reference)
     metrics = {
         "exporter": result.exporter,
         "opset": result.opset,
@@ -27,17 +27,25 @@ def run_export(job: Job) -> StageResult:
         "checked_shapes": result.checked_shapes,
         "outputs": result.outputs,
     }
-    return StageResult({"onnx": output}, metrics)
+    if result.derived:  # a decoder's cache inputs: later stages use them (the runner applies them to the profile)
+        metrics["derived_inputs"] = result.derived
+    outputs = {"onnx": output}
+    if result.generation:  # a decoder: torch's greedy generation, the reference of later stages
+        metrics["generation"] = result.generation
+        outputs["generation"] = reference
+    return StageResult(outputs, metrics)
 
 
 def _key_metric(m: dict) -> str:
-    return f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes"
+    from pipeline.models.decoder import derived_note
+
+    return f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes{derived_note(m)}" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes"
 
 
 EXPORT = Stage(
     "export", run_export,
     reads=("onnx", "model", "inputs", "dims", "export"),
-    code=("pipeline.export",),
+    code=("pipeline.export", "pipeline.models", "pipeline.core.generation"),
     packages=("torch", "onnxscript"),
     key_metric=_key_metric,
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
+from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures
 from pipeline.runner import Job, Stage, StageResult
 from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
 
@@ -62,6 +63,7 @@ def run_int8(job: Job) -> StageResult:
         lint = findings_json(result.findings)
         figures = accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
         gate("int8", figures, q.min_cosine_int8)
+        generation = generation_figures(job, tmp, "int8")
     write_json(job.out / "int8.lint.json", lint)
     metrics = {
         "preset": result.preset, "high_precision_dtype": result.high_precision_dtype, "calibration": origin,
@@ -69,15 +71,17 @@ def run_int8(job: Job) -> StageResult:
         "disable_mha_qdq": result.disable_mha_qdq, "qdq_pairs": result.qdq_pairs,
         "qdq_removed_by_preset": len(result.qdq_removed_by_preset) // 2, "notes": result.notes,
         "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}, "accuracy": figures, "min_cosine": q.min_cosine_int8,
+        **({"generation": generation} if generation else {}),
     }
     return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", "log": job.out / "int8.log"}, metrics)
 
 
 INT8 = Stage(
     "int8", run_int8,
-    reads=tuple(dict.fromkeys((*QUANTIZE_READS, *HELD_OUT_READS, "quant.min_cosine_int8"))),
-    inputs=("optimize.onnx",),
-    code=("quant.int8", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy"),
+    reads=tuple(dict.fromkeys((*QUANTIZE_READS, *HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8"))),
+    inputs=("optimize.onnx", *GENERATION_INPUTS),
+    code=("quant.int8", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy",
+          "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=lambda m: f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings",
 )

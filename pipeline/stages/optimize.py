@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures
 from pipeline.runner import Job, Stage, StageResult
 from pipeline.stages import seeds
 
@@ -26,6 +27,7 @@ def run_optimize(job: Job) -> StageResult:
                 f"optimize: the optimized model differs from its input by max_abs_diff={diff:.3g} > {settings.tolerance:g}; "
                 f"last rules applied: {', '.join(result.last_rules()) or 'none'}; skip them with [optimize] skip_rules in the profile"
             )
+        generation = generation_figures(job, tmp, "optimize")
     metrics = {
         "nodes_before": result.nodes_before,
         "nodes_after": result.nodes_after,
@@ -35,14 +37,16 @@ def run_optimize(job: Job) -> StageResult:
         "checked_shapes": [{k: list(v.shape) for k, v in feeds.items()} for feeds in feed_sets],
         "rules": result.rules,
     }
+    if generation:
+        metrics["generation"] = generation
     return StageResult({"onnx": target}, metrics)
 
 
 OPTIMIZE = Stage(
     "optimize", run_optimize,
-    reads=("optimize", "inputs", "dims"),
-    inputs=("export.onnx",),
-    code=("pipeline.optimize",),
+    reads=("optimize", *GENERATION_READS),
+    inputs=GENERATION_INPUTS,
+    code=("pipeline.optimize", "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("onnx-ir",),
     key_metric=lambda m: f"{m['nodes_before']} -> {m['nodes_after']} nodes, max_abs_diff={m['max_abs_diff']:.2e}",
 )

@@ -1,0 +1,184 @@
+"""The generation check, a decoder's accuracy figure: greedy decoding of `[export] new_tokens` tokens
+from fixed prompts, feeding the KV cache back (`present.{i}.*` -> `past_key_values.{i}.*`), or
+the whole sequence again for a model exported without its cache.
+
+One loop (`greedy`) drives any runner (`feeds -> {output name: array}`): torch's model at export,
+onnxruntime for the exported, optimized, FP16 and INT8 files, so the reference and the candidates
+are fed alike. The export stage saves torch's run (`save_reference`); later stages compare their
+model's run with it (`compare`): token agreement, the first step and batch row that differ, and
+per-step `cosine_centered` / `max_abs_diff` of the next-token logits up to that step (after it
+the models are fed different tokens). A base model without `logits` is decoded through its input
+embedding matrix (a tied head, `logits = hidden @ embedding.T`), read from the ONNX file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import InputError, ProfileError, StageFailed
+from pipeline.core.profiles import Profile
+
+PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(key|value)")
+PROMPT_SEED = 22
+Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Generation:
+    tokens: np.ndarray  # [batch, new_tokens], int64
+    logits: np.ndarray  # [new_tokens, batch, vocab]: the scores each token was chosen from
+
+
+def prompts(profile: Profile) -> np.ndarray:
+    """Fixed prompts [batch, length]: up to 2 rows, 8 tokens (fewer where seq or the cache cannot hold
+    them and `new_tokens`), ids drawn with a fixed seed from input_ids' range."""
+    spec = next((s for s in profile.inputs if s.name == "input_ids"), None)
+    if spec is None or spec.range is None:
+        raise ProfileError(f"{profile.source}: inputs: the generation check needs an input_ids input with a range (the vocabulary)")
+    new = profile.export.new_tokens
+    seq, past = profile.dims["seq"], profile.dims.get("past_seq")
+    room = past.max + 1 - new if past is not None else seq.max - new  # the last step's cache holds prompt + new - 1 tokens
+    length = min(8, seq.max, room)
+    if length < 1:
+        limit = f"dims.past_seq.max = {past.max}" if past is not None else f"dims.seq.max = {seq.max}"
+        raise ProfileError(f"{profile.source}: export.new_tokens = {new} does not fit {limit} with a prompt of one token; "
+                           f"lower new_tokens or raise {limit.split(' =')[0]}")
+    if length < seq.min:
+        raise ProfileError(f"{profile.source}: dims.seq.min = {seq.min}: the generation check's prompt of {length} tokens is shorter; lower dims.seq.min")
+    batch = min(2, profile.dims["batch"].max) if "batch" in profile.dims else 1
+    return np.random.default_rng(PROMPT_SEED).integers(int(spec.range[0]), int(spec.range[1]), (batch, length), dtype=np.int64)
+
+
+def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None) -> Generation:
+    """Greedy decoding of the profile's new_tokens from `prompts(profile)` through `run`."""
+    ids = prompts(profile)
+    specs = {s.name: s for s in profile.inputs}
+    past_names = [s.name for s in profile.inputs if PAST_INPUT.fullmatch(s.name)]
+    batch, length = ids.shape
+    past = {name: np.zeros((batch, specs[name].shape[1], 0, specs[name].shape[3]), np.float32) for name in past_names}
+    tokens, scores = [], []
+    new, seen = ids, 0  # tokens to feed, tokens already in the cache
+    for _ in range(profile.export.new_tokens):
+        total = seen + new.shape[1]
+        feeds = {"input_ids": new.astype(specs["input_ids"].dtype)}
+        if "attention_mask" in specs:
+            feeds["attention_mask"] = np.ones((batch, total), specs["attention_mask"].dtype)
+        if "position_ids" in specs:
+            feeds["position_ids"] = np.broadcast_to(np.arange(seen, total), new.shape).astype(specs["position_ids"].dtype)
+        feeds |= past
+        for name, spec in specs.items():  # anything else (token types): zeros of its shape
+            if name not in feeds:
+                feeds[name] = np.zeros([batch if s == "batch" else new.shape[1] if s == "seq" else s for s in spec.shape], spec.dtype)
+        outputs = run(feeds)
+        step = _next_token_scores(outputs, head, profile)
+        token = step.argmax(axis=-1).astype(np.int64)
+        tokens.append(token)
+        scores.append(step)
+        if past_names:
+            past = {name: outputs[name.replace("past_key_values", "present")] for name in past_names}
+            new, seen = token[:, None], total
+        else:
+            new = np.concatenate([new, token[:, None]], axis=1)
+    return Generation(np.stack(tokens, axis=1), np.stack(scores))
+
+
+def _next_token_scores(outputs: dict[str, np.ndarray], head: np.ndarray | None, profile: Profile) -> np.ndarray:
+    if "logits" in outputs:
+        return outputs["logits"][:, -1].astype(np.float64)
+    if "last_hidden_state" in outputs and head is not None:
+        return outputs["last_hidden_state"][:, -1].astype(np.float64) @ head.T
+    raise InputError(f"{profile.source}: the generation check needs a logits output (or last_hidden_state and an input embedding "
+                     f"to decode through), the model gives {', '.join(outputs)}; export task causal-lm")
+
+
+def embedding_head(model: Any) -> np.ndarray | None:
+    """The input embedding matrix [vocab, hidden] of an ONNX model (the Gather that reads input_ids,
+    through Casts and reshapes, from an initializer), or None."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
+    sources = {"input_ids"}
+    for node in graph.node:  # follow input_ids through Casts and reshapes (GPT-2 views them as [-1, seq])
+        if node.op_type in ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze") and node.input and node.input[0] in sources:
+            sources.add(node.output[0])
+    producers = {o: n for n in graph.node for o in n.output}
+    for node in graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in sources:
+            name = node.input[0]
+            while name in producers and producers[name].op_type in ("Cast", "DequantizeLinear", "Identity"):
+                name = producers[name].input[0]
+            if name in initializers:
+                return numpy_helper.to_array(initializers[name]).astype(np.float64)
+            if name in constants:
+                return numpy_helper.to_array(constants[name].attribute[0].t).astype(np.float64)
+    return None
+
+
+def onnx_runner(session: Any) -> Runner:
+    """A runner over an OnnxSession (pipeline/core/verify.py)."""
+    return session.run_named
+
+
+def save_reference(path: Path, generation: Generation, head: np.ndarray | None) -> None:
+    from pipeline.core.fileio import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, tokens=generation.tokens, logits=generation.logits, **({"head": head} if head is not None else {}))
+
+
+def load_reference(path: Path) -> tuple[Generation, np.ndarray | None]:
+    with np.load(path) as data:
+        return Generation(data["tokens"], data["logits"]), (data["head"] if "head" in data else None)
+
+
+def compare(reference: Generation, candidate: Generation) -> dict[str, Any]:
+    """Token agreement (the share of generated tokens equal to the reference's), the first step and
+    batch row that differ (None: none), and per-step logits figures up to that step."""
+    equal = reference.tokens == candidate.tokens
+    differing = np.argwhere(~equal)
+    first = (int(differing[:, 1].min()), int(differing[differing[:, 1] == differing[:, 1].min()][0, 0])) if differing.size else None
+    compared = reference.logits.shape[0] if first is None else first[0] + 1
+    steps = []
+    for step in range(compared):
+        want, got = reference.logits[step], candidate.logits[step]
+        centre = want.mean(axis=-1, keepdims=True)
+        steps.append({"cosine_centered": round(_cosine(want - centre, got - centre), 6), "max_abs_diff": float(np.max(np.abs(want - got)))})
+    return {
+        "token_agreement": round(float(equal.mean()), 4),
+        "tokens": int(equal.size),
+        "first_divergent_step": first[0] if first else None,
+        "first_divergent_row": first[1] if first else None,
+        "steps": steps,
+        "min_cosine_centered": min(s["cosine_centered"] for s in steps),
+        "max_abs_diff": max(s["max_abs_diff"] for s in steps),
+    }
+
+
+def require_exact(figures: dict[str, Any], stage: str, what: str) -> None:
+    """Fail the stage when the candidate's tokens are not exactly the reference's."""
+    if figures["first_divergent_step"] is not None:
+        step, row = figures["first_divergent_step"], figures["first_divergent_row"]
+        raise StageFailed(f"{stage}: greedy generation differs from {what} at step {step}, batch row {row} "
+                          f"(token agreement {figures['token_agreement']:.2%}, logits max_abs_diff={figures['steps'][step]['max_abs_diff']:.3g} "
+                          "at that step); the model is not token-exact: report this with the model")
+
+
+def gate(figures: dict[str, Any], stage: str, minimum: float) -> None:
+    """Fail the stage when the token agreement is below `minimum`."""
+    if not figures["token_agreement"] >= minimum:
+        raise StageFailed(f"{stage}: greedy generation's token agreement {figures['token_agreement']:.2%} < {minimum:.2%} "
+                          f"(first divergent step {figures['first_divergent_step']}, batch row {figures['first_divergent_row']}); "
+                          "exclude sensitive nodes, try another preset or more calibration data, or lower --min-token-agreement")
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.sum(a * b) / norm) if norm else 1.0

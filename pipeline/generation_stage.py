@@ -1,0 +1,40 @@
+"""The generation check in the stages after export (pipeline/core/generation.py does the decoding):
+a decoder's optimized model must generate exactly the tokens torch did; the FP16 and INT8 models
+record their agreement and are gated by `--min-token-agreement` (or the profile's quant settings)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipeline.core.verify import OnnxSession
+    from pipeline.runner import Job
+
+
+GENERATION_READS = ("export", "inputs", "dims")  # the prompts, new_tokens and the cache inputs
+GENERATION_INPUTS = ("export.*",)  # export.generation, present for a decoder only
+
+
+def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> dict[str, Any] | None:
+    """Greedy generation of `candidate` against the export's torch reference: None for a model the
+    export did not decode (an encoder). optimize must agree exactly; fp16/int8 pass the gate."""
+    from pipeline.core.generation import compare, gate, greedy, load_reference, require_exact
+    from pipeline.core.verify import OnnxSession
+
+    if "generation" not in job.outputs_of("export"):
+        return None
+    path = job.input("export", "generation")
+    profile = job.settings.profile
+    started = time.perf_counter()
+    reference, head = load_reference(path)
+    session = candidate if isinstance(candidate, OnnxSession) else OnnxSession(candidate)
+    figures = compare(reference, greedy(session.run_named, profile, head))
+    figures["check_seconds"] = round(time.perf_counter() - started, 3)
+    if stage == "optimize":
+        require_exact(figures, stage, "torch's (the export's reference)")
+        return figures
+    figures["min_token_agreement"] = getattr(profile.quant, f"min_token_agreement_{stage}")  # --min-token-agreement overrides it
+    gate(figures, stage, figures["min_token_agreement"])
+    return figures

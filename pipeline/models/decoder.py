@@ -1,0 +1,225 @@
+"""Decoders with a KV cache (GPT-2, Llama, Qwen2, Phi-3, Mistral, ...): how a Hugging Face
+`PreTrainedModel` is called at export, with its cache or without it.
+
+`[export] cache` in the profile decides:
+
+- `"with-past"` (the default for a model whose forward returns a cache): one graph serving prefill
+  and decode, laid out as Optimum's `text-generation-with-past`: inputs `input_ids`,
+  `attention_mask` (past + new tokens), `position_ids` (where the forward takes them),
+  `past_key_values.{i}.key/value` [batch, kv_heads, past_seq, head_dim]; outputs the model's own
+  (`logits` or `last_hidden_state`) then `present.{i}.key/value` [batch, kv_heads, past_seq + seq,
+  head_dim]. A profile that does not list the cache inputs gets them derived here from the model's
+  config (`with_past_profile`), with a `past_seq` dim from 0 (prefill) to what the positions allow.
+- `"none"`: the forward runs with `use_cache=False`, whatever the model's config says.
+
+torch and transformers are imported at call time only.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+from pipeline.core.errors import InputError, ProfileError
+from pipeline.core.profiles import Profile
+
+PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(key|value)")
+PAST_DIM = "past_seq"
+MASK_SHAPE = ["batch", f"{PAST_DIM}+seq"]
+
+
+def prepare(model: Any, profile: Profile) -> tuple[Any, Profile]:
+    """The model in eval mode, its forward taking the profile's inputs in order (see `bind_forward`),
+    and the profile its export uses: with the cache inputs when the cache is exported."""
+    mode = cache_mode(profile, model)
+    if mode == "with-past":
+        profile = with_past_profile(profile, model.config, inspect.signature(model.forward).parameters)
+    return bind_forward(model.eval(), profile, mode), profile
+
+
+def generates(module: Any) -> bool:
+    """A Hugging Face decoder-only model (one that returns a KV cache), with or without its cache exported."""
+    return is_pretrained(module) and not getattr(module.config, "is_encoder_decoder", False) and returns_cache(module)
+
+
+def is_pretrained(module: Any) -> bool:
+    """A transformers PreTrainedModel (without importing transformers when it was never imported)."""
+    import sys
+
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(module, transformers.PreTrainedModel)
+
+
+def returns_cache(model: Any) -> bool:
+    """The model's forward returns a KV cache when called as it is configured: tried on two tokens
+    (BertModel takes past_key_values but returns a cache only when configured as a decoder)."""
+    import torch
+
+    accepted = inspect.signature(type(model).forward).parameters
+    if not ("past_key_values" in accepted and "input_ids" in accepted and getattr(model.config, "use_cache", False)):
+        return False
+    try:
+        with torch.no_grad():
+            ids = torch.zeros((1, 2), dtype=torch.long, device=next(model.parameters()).device)  # the meta device at init
+            output = type(model).forward(model, input_ids=ids, use_cache=True, return_dict=True)
+    except Exception:  # a model that needs more than token ids to run: its export says what is wrong
+        return False
+    cache = output.get("past_key_values") if hasattr(output, "get") else None
+    return cache is not None and bool(getattr(cache, "layers", cache))
+
+
+def cache_mode(profile: Profile, model: Any) -> str:
+    """"with-past" or "none" for this profile and model (an encoder: "none"). Refuses what cannot be exported."""
+    config, where = model.config, f"{profile.source}: export.cache"
+    asked = profile.export.cache
+    if asked == "none":
+        return "none"
+    if getattr(config, "is_encoder_decoder", False):
+        if asked == "with-past":
+            raise ProfileError(f"{where}: {type(model).__name__} is an encoder-decoder; one graph with past is not supported "
+                               'for it: set cache = "none" (the whole model, no cache) or export its encoder and decoder as two profiles')
+        return "none"
+    if not returns_cache(model):
+        if asked == "with-past":
+            raise ProfileError(f"{where}: {type(model).__name__} takes no KV cache (no past_key_values, or use_cache off in its config); "
+                               'remove cache = "with-past"')
+        return "none"
+    return "with-past"
+
+
+def cache_layout(config: Any) -> tuple[int, int, int]:
+    """(layers, KV heads, head size) from a decoder's config; GQA keeps its KV head count."""
+    layers = config.num_hidden_layers
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return layers, kv_heads, head_dim
+
+
+def max_positions(config: Any) -> int | None:
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
+def with_past_profile(profile: Profile, config: Any, accepted: Any) -> Profile:
+    """The profile with the cache inputs its with-past export takes: the profile's own when it lists
+    them, else derived from the model's config and its forward's arguments (`accepted`), with
+    `past_seq` from 0 to max positions - seq max."""
+    names = [spec.name for spec in profile.inputs]
+    if any(PAST_INPUT.fullmatch(n) for n in names):
+        return profile
+    if "seq" not in profile.dims or "batch" not in profile.dims:
+        raise ProfileError(f"{profile.source}: dims: the with-past export of a decoder needs dims named batch and seq (new tokens); "
+                           'rename yours, or set [export] cache = "none"')
+    layers, kv_heads, head_dim = cache_layout(config)
+    seq = profile.dims["seq"]
+    longest = max_positions(config) or 2 * seq.max
+    if longest - seq.max < 1:
+        raise ProfileError(f"{profile.source}: dims.seq.max = {seq.max} leaves no room for a KV cache within the model's {longest} positions; "
+                           "lower dims.seq.max")
+    past = {"min": 0, "opt": min(seq.opt, longest - seq.max), "max": longest - seq.max}
+    by_name = {spec.name: spec.model_dump() for spec in profile.inputs}
+    inputs = [by_name.get("input_ids", {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]})]
+    inputs.append({"name": "attention_mask", "dtype": by_name.get("attention_mask", {}).get("dtype", "int64"), "shape": MASK_SHAPE, "fill": "mask"})
+    if "position_ids" in accepted:
+        inputs.append({"name": "position_ids", "dtype": "int64", "shape": ["batch", "seq"], "fill": "positions"})
+    inputs += [spec for name, spec in by_name.items() if name not in ("input_ids", "attention_mask", "position_ids")]
+    inputs += [{"name": f"past_key_values.{i}.{kind}", "dtype": "float32", "shape": ["batch", kv_heads, PAST_DIM, head_dim]}
+               for i in range(layers) for kind in ("key", "value")]
+    data = {**profile.model_dump(), "inputs": inputs, "dims": {**profile.model_dump()["dims"], PAST_DIM: past}, "source": profile.source}
+    return Profile.model_validate(data)
+
+
+def prefill_sizes(profile: Profile) -> list[dict[str, int]]:
+    """Sizes of the prefill call (an empty cache, past_seq = 0) for a profile with a cache, else none."""
+    if PAST_DIM not in profile.dims or profile.dims[PAST_DIM].min > 0:
+        return []
+    return [{**{name: d.opt for name, d in profile.dims.items()}, PAST_DIM: 0}]
+
+
+def autocast_feeds(profile: Profile) -> dict[str, Any] | None:
+    """Inputs for AutoCast's FP32 reference run on a model with a cache (its random ones cannot
+    match the mask to past_seq + seq), else None (AutoCast's own)."""
+    from pipeline.core.samples import make_inputs
+
+    return make_inputs(profile, seed=5100) if PAST_DIM in profile.dims else None
+
+
+def derived_note(metrics: dict[str, Any]) -> str:
+    """The export's key-metric suffix saying what was derived for a decoder's cache, else ""."""
+    derived = metrics.get("derived_inputs")
+    if not derived:
+        return ""
+    past = derived["dims"][PAST_DIM]
+    caches = sum(1 for spec in derived["inputs"] if PAST_INPUT.fullmatch(spec["name"]))
+    return f", cache derived: {caches} past_key_values inputs, {PAST_DIM} {past['min']}..{past['max']}"
+
+
+def derived_inputs(before: Profile, after: Profile) -> dict[str, Any] | None:
+    """What `with_past_profile` added, for the manifest (None when nothing was derived)."""
+    if before.inputs == after.inputs:
+        return None
+    return {"inputs": [s.model_dump() for s in after.inputs], "dims": {k: v.model_dump() for k, v in after.dims.items()}}
+
+
+def apply_derived(profile: Profile, derived: dict[str, Any] | None) -> Profile:
+    """The profile later stages use: `profile` with the inputs and dims the export derived (see `derived_inputs`)."""
+    if not derived:
+        return profile
+    return Profile.model_validate({**profile.model_dump(), **derived, "source": profile.source})
+
+
+def bind_forward(model: Any, profile: Profile, mode: str) -> Any:
+    """Replace the model's forward (on the instance, so node names keep the model's scopes) by one
+    taking the profile's inputs in order, by name: the cache inputs become a DynamicCache, the
+    returned cache becomes `present.{i}.key/value` tensors."""
+    names = [spec.name for spec in profile.inputs]
+    accepted = inspect.signature(model.forward).parameters
+    past = [n for n in names if PAST_INPUT.fullmatch(n)]
+    unknown = [n for n in names if n not in accepted and n not in past]
+    if unknown:
+        offered = [a for a in ("input_ids", "attention_mask", "token_type_ids", "position_ids", "pixel_values", "inputs_embeds") if a in accepted]
+        raise ProfileError(f"{profile.source}: inputs: {type(model).__name__}.forward has no argument {unknown[0]!r}; "
+                           f"name the [[inputs]] after its arguments: {', '.join(offered)}")
+    if past and mode != "with-past":
+        raise ProfileError(f"{profile.source}: inputs: {past[0]!r} is a cache input but the export runs without a cache; "
+                           'remove the past_key_values.* inputs or set [export] cache = "with-past"')
+    layers = cache_layout(model.config)[0] if mode == "with-past" else 0
+    if mode == "with-past" and sorted(past) != sorted(f"past_key_values.{i}.{k}" for i in range(layers) for k in ("key", "value")):
+        raise ProfileError(f"{profile.source}: inputs: the cache inputs must be past_key_values.{{i}}.key and .value for i in 0..{layers - 1} "
+                           f"({type(model).__name__} has {layers} layers); remove them to have them derived")
+    extra = {k: v for k, v in (("use_cache", mode == "with-past"), ("return_dict", True)) if k in accepted}
+    keyword_forward = model.forward
+
+    def forward(*inputs):
+        named = dict(zip(names, inputs, strict=True))
+        if mode == "with-past":
+            named["past_key_values"] = _cache(model.config, [(named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value"))
+                                                              for i in range(layers)])
+        output = keyword_forward(**named, **extra)
+        return _with_present(output, layers, profile) if mode == "with-past" else output
+
+    model.forward = forward
+    return model
+
+
+def _cache(config: Any, pairs: list[tuple[Any, Any]]) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=pairs, config=config)
+
+
+def _with_present(output: Any, layers: int, profile: Profile) -> dict[str, Any]:
+    """The model's outputs in order, its cache replaced by present.{i}.key/value."""
+    flat: dict[str, Any] = {}
+    for key, value in output.items():
+        if key != "past_key_values":
+            flat[key] = value
+            continue
+        cache_layers = getattr(value, "layers", None)
+        if cache_layers is None or len(cache_layers) != layers or not all(hasattr(c, "keys") and hasattr(c, "values") for c in cache_layers):
+            raise InputError(f"{profile.source}: the model returned a {type(value).__name__} whose layout is not one key and one value "
+                             f'tensor per layer ({layers} layers); set [export] cache = "none" to export it without its cache')
+        for i, layer in enumerate(cache_layers):
+            flat[f"present.{i}.key"], flat[f"present.{i}.value"] = layer.keys, layer.values
+    return flat

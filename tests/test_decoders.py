@@ -1,0 +1,184 @@
+"""Decoders with a KV cache (issue 22): factories returning the transformers model as constructed,
+the with-past export (Optimum's layout), `cache = "none"`, the generation check, init and model size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from conftest import run_cli, write_profile
+
+from pipeline.core.errors import ProfileError, StageFailed
+from pipeline.core.generation import Generation, compare, require_exact
+from pipeline.core.profiles import load_profile
+
+pytest.importorskip("transformers")
+
+# the factories as a user writes them: the model as constructed, its cache at the config's default (on)
+FACTORIES = '''
+from transformers import GPT2Config, GPT2Model, LlamaConfig, LlamaModel
+
+def gpt2():
+    return GPT2Model(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000)).eval()
+
+def llama():
+    return LlamaModel(LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)).eval()
+'''
+
+
+def factory_profile(name: str, extra: str = "") -> str:
+    """Only batch and seq, as a user writes it for an encoder."""
+    return (f'name = "{name}"\n[model]\nfactory = "decoders:{name}"\n[dims.batch]\nmin = 1\nopt = 2\nmax = 4\n'
+            '[dims.seq]\nmin = 1\nopt = 8\nmax = 32\n[[inputs]]\nname = "input_ids"\ndtype = "int64"\nshape = ["batch", "seq"]\n'
+            'range = [0, 1000]\n[[inputs]]\nname = "attention_mask"\ndtype = "int64"\nshape = ["batch", "seq"]\nfill = "mask"\n' + extra)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("decoders")
+    (root / "decoders.py").write_text(FACTORIES)
+    return root
+
+
+@pytest.fixture(scope="module")
+def llama_export(folder):
+    from pipeline.export import export_model
+
+    profile = load_profile(str(write_profile(folder, factory_profile("llama"), "llama.toml")))
+    return profile, export_model(profile, folder / "llama.onnx", generation_reference=folder / "llama.generation.npz"), folder / "llama.onnx"
+
+
+def test_a_llama_factory_exports_with_its_cache_in_optimums_layout(llama_export):
+    profile, result, path = llama_export
+    graph = onnx.load(str(path)).graph
+    past = [f"past_key_values.{i}.{kind}" for i in range(2) for kind in ("key", "value")]
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "position_ids", *past]
+    assert [o.name for o in graph.output] == ["last_hidden_state", *(name.replace("past_key_values", "present") for name in past)]
+    shape = [d.dim_param or d.dim_value for d in graph.input[3].type.tensor_type.shape.dim]
+    assert shape == ["batch", 2, "past_seq", 16], "GQA: 2 KV heads of 16, not the 4 query heads"
+    assert result.derived["dims"]["past_seq"] == {"min": 0, "opt": 8, "max": 96}, "0 (prefill) .. positions - seq max"
+    assert {"input_ids": [2, 8], "attention_mask": [2, 8], "position_ids": [2, 8], **dict.fromkeys(past, [2, 2, 0, 16])} in result.checked_shapes
+    assert result.generation["token_agreement"] == 1.0 and result.generation["tokens"] == 2 * 16
+    assert (path.parent / "llama.generation.npz").is_file()
+
+
+def test_the_exported_cache_decodes_like_the_model_without_one(llama_export, folder):
+    """Prefill 7 tokens, then decode the 8th from the returned cache: its hidden state is the one the
+    model (built again, same seed) computes over all 8 tokens without a cache."""
+    import torch
+
+    from pipeline.core.verify import OnnxSession
+    from pipeline.export import build_module
+
+    raw = build_module(load_profile(str(folder / "llama.toml")))[0]
+    ids = np.random.default_rng(0).integers(0, 1000, (2, 8))
+    session = OnnxSession(llama_export[2])
+    empty = {f"past_key_values.{i}.{k}": np.zeros((2, 2, 0, 16), np.float32) for i in range(2) for k in ("key", "value")}
+    prefill = session.run_named({"input_ids": ids[:, :7], "attention_mask": np.ones((2, 7), np.int64),
+                                 "position_ids": np.tile(np.arange(7), (2, 1)), **empty})
+    cache = {name.replace("present", "past_key_values"): value for name, value in prefill.items() if name.startswith("present")}
+    decode = session.run_named({"input_ids": ids[:, 7:], "attention_mask": np.ones((2, 8), np.int64), "position_ids": np.full((2, 1), 7), **cache})
+    with torch.no_grad():
+        expected = type(raw).forward(raw, input_ids=torch.from_numpy(ids), use_cache=False).last_hidden_state[:, -1].numpy()
+    assert decode["present.0.key"].shape == (2, 2, 8, 16)
+    assert np.allclose(decode["last_hidden_state"][:, -1], expected, atol=1e-5)
+
+
+def test_cache_none_exports_without_it_and_still_checks_generation(folder):
+    from pipeline.export import export_model
+
+    profile = load_profile(str(write_profile(folder, factory_profile("llama", '[export]\ncache = "none"\nnew_tokens = 4\n'), "none.toml")))
+    result = export_model(profile, folder / "none.onnx", exporter="torchscript")
+    graph = onnx.load(str(folder / "none.onnx")).graph
+    assert [i.name for i in graph.input] == ["input_ids", "attention_mask"] and result.outputs == ["last_hidden_state"]
+    assert result.derived is None and result.generation["token_agreement"] == 1.0 and result.generation["tokens"] == 2 * 4
+
+
+def test_an_unchanged_gpt2_factory_builds_fp16_and_int8_with_generation_figures(folder):
+    write_profile(folder, factory_profile("gpt2"), "gpt2.toml")
+    run = run_cli("build", "--profile", str(folder / "gpt2.toml"), "--fp16", "--int8", "--until", "int8", "--out", str(folder / "out"), path=(folder,))
+    assert run.returncode == 0, run.stderr
+    assert "cache derived: 4 past_key_values inputs, past_seq 0..992" in run.stdout
+    stages = {s["name"]: s for s in json.loads((folder / "out" / "manifest.json").read_text())["stages"]}
+    for name in ("export", "optimize", "fp16", "int8"):
+        figures = stages[name]["metrics"]["generation"]
+        assert figures["tokens"] == 32 and len(figures["steps"]) >= 1, name
+    assert stages["export"]["metrics"]["generation"]["token_agreement"] == stages["optimize"]["metrics"]["generation"]["token_agreement"] == 1.0
+    assert stages["int8"]["metrics"]["generation"]["token_agreement"] >= stages["int8"]["metrics"]["generation"]["min_token_agreement"]
+    int8 = onnx.load(str(folder / "out" / "model.int8.onnx")).graph
+    assert [i.name for i in int8.input][3:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")], "GPT-2 takes no position_ids"
+
+
+def test_compare_names_the_first_divergent_step_and_row():
+    logits = np.random.default_rng(0).standard_normal((4, 2, 10))
+    reference = Generation(np.array([[1, 2, 3, 4], [5, 6, 7, 8]]), logits)
+    candidate = Generation(np.array([[1, 2, 3, 4], [5, 6, 0, 0]]), logits + 0.01)
+    figures = compare(reference, candidate)
+    assert figures["token_agreement"] == 0.75 and (figures["first_divergent_step"], figures["first_divergent_row"]) == (2, 1)
+    assert len(figures["steps"]) == 3, "logits compared up to the first divergent step, where both were fed the same tokens"
+    with pytest.raises(StageFailed, match="optimize: greedy generation differs from torch's at step 2, batch row 1"):
+        require_exact(figures, "optimize", "torch's")
+    assert compare(reference, reference)["first_divergent_step"] is None
+
+
+def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_asked(tmp_path):
+    from transformers import AutoConfig, AutoModel
+
+    from pipeline.models.hf import starter_profile
+    from pipeline.models.size import check_fits
+
+    (tmp_path / "qwen2.toml").write_text(starter_profile("qwen2", "causal-lm", "qwen2", tmp_path))
+    profile = load_profile(str(tmp_path / "qwen2.toml"))
+    assert profile.export.cache == "with-past" and profile.model.hf_config["hidden_size"] == 64
+    assert "# A small config written by init" in (tmp_path / "qwen2.toml").read_text()
+    assert [s.shape for s in profile.inputs if s.name.startswith("past_key_values")] == [["batch", 2, "past_seq", 16]] * 4
+    assert profile.dims["past_seq"].min == 0
+    phi3 = starter_profile("phi3", "causal-lm", "phi3", tmp_path)  # its default pad and eos ids (32000) are outside the small vocabulary
+    assert "pad_token_id = 999" in phi3 and "eos_token_id = 999" in phi3
+    full = starter_profile("llama", "base", "llama", tmp_path, full_size=True)
+    assert "hidden_size" not in full and full.count("past_key_values.") == 2 * 32
+    with pytest.raises(ProfileError, match=r"6,607M parameters, 24.6 GiB of FP32 weights.*this machine has 16.0 GiB available"):
+        check_fits(AutoModel, AutoConfig.for_model("llama"), "here", available=16 * 2**30)
+
+
+def test_the_decoder_corpus_is_recorded_and_docs_show_it():
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("bench_models", REPO / "bench" / "models.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results = json.loads(bench.RESULTS.read_text())
+    runs = results["decoders"]
+    assert [(r["model"], r["cache"], r["exporter"]) for r in runs] == [(m, c, e) for m in bench.DECODERS for c in bench.CACHES for e in bench.EXPORTERS]
+    for run in runs:
+        load_profile(run["model"])
+        if run["passed"]:
+            assert run["generation"]["export"]["token_agreement"] == run["generation"]["optimize"]["token_agreement"] == 1.0, run["model"]
+        else:
+            assert run["error"].startswith("error: "), run
+    assert all(r["passed"] for r in runs if r["exporter"] == "dynamo"), "every decoder passes with the dynamo exporter, with and without its cache"
+    start, end = "<!-- decoder table: python bench/models.py --decoder-table -->\n", "<!-- end of decoder table -->"
+    docs = (REPO / "docs" / "decoders.md").read_text()
+    assert docs.split(start, 1)[1].split(end, 1)[0] == bench.decoder_table(results)
+
+
+def test_a_returned_cache_is_flattened_and_anything_else_refused_in_one_line():
+    import torch
+    from transformers import DynamicCache, LlamaConfig
+
+    from pipeline.core.errors import InputError
+    from pipeline.export import flatten_outputs
+
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
+    cache = DynamicCache(ddp_cache_data=[(torch.zeros(1, 2, 3, 16), torch.ones(1, 2, 3, 16))] * 2, config=config)
+    profile = load_profile("bert-tiny")
+    flat = flatten_outputs({"logits": torch.zeros(1), "past_key_values": cache}, profile)
+    assert [name for name, _ in flat] == ["logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+    assert float(flat[2][1].sum()) == 2 * 3 * 16, "the value tensor, not the key"
+    with pytest.raises(InputError, match=r"the model's output 'state' is a object, not a tensor; return tensors \(or a KV cache"):
+        flatten_outputs({"state": object()}, profile)
