@@ -296,9 +296,9 @@ class Runner:
                 "interrupted": "[red]interrupted[/]", "stale": "[yellow]stale[/]"}
         detail = stage.key_metric(record.metrics) if stage and record.status in ("done", "cached") else split_next_step(record.reason)[0]
         earlier = " (earlier run)" if record.run != self.run_id else ""
-        self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False)
+        self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False, soft_wrap=True)
         if record.status == "done" and record.reason.startswith("rerun: "):
-            self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False)
+            self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False, soft_wrap=True)
 
     def print_summary(self) -> None:
         """Under the lines of the stages this run ran: the manifest's records from earlier runs."""

@@ -333,16 +333,20 @@ def _autocast(precision: str, source: Path, output: Path, profile: Optional[str]
 
     stage, reads = (bf16, bf16.BF16.reads) if precision == "bf16" else (fp16, fp16.FP16.reads)
     if profile is not None:  # the stage's settings and shape checks, from the profile
+        from pipeline.models.decoder import autocast_feeds
+
         settings = Settings(precision, load_profile(profile), {}, reads)
         checks = shape_checks(settings.profile)
+        reference_feeds = autocast_feeds(settings.profile) if precision == "fp16" else None  # a decoder's, as the stage passes
     else:  # zeros with dynamic dims at 1 and 3, where the source model itself runs; the [quant] defaults (no exclusions)
         from pipeline.core.profiles import QuantSection
 
         defaults = load_profile(DEFAULT_PROFILE).model_copy(update={"quant": QuantSection()})
         settings = Settings(precision, defaults, {}, ("quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes"))
         checks = [feeds for feeds in model_feeds(model_inputs(source)) if _runs(source, feeds)]
+        reference_feeds = None
     with console.status(f"converting to {precision.upper()} with ModelOpt AutoCast, checking that it runs"):
-        result = stage.convert(settings.profile, source, output, checks)
+        result = stage.convert(settings.profile, source, output, checks, **({"reference_feeds": reference_feeds} if reference_feeds else {}))
     if result.checked_shapes:
         first = next(iter(result.checked_shapes[0]))
         checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"

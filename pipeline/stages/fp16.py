@@ -18,26 +18,26 @@ def shape_checks(profile: Profile) -> list[dict]:
     return [make_inputs(profile, seed=seeds.FP16_SHAPE_CHECK + i, dims=sizes) for i, sizes in enumerate(range_sizes(profile))]
 
 
-def convert(profile: Profile, source: Path, target: Path, checks: list[dict], log: Path | None = None):
+def convert(profile: Profile, source: Path, target: Path, checks: list[dict], log: Path | None = None, reference_feeds: dict | None = None):
     """AutoCast `source` into `target` with the profile's exclusions; the result keeps the session that ran `checks`."""
     from pipeline.core.quiet import captured
-    from pipeline.models.decoder import autocast_feeds
     from quant.fp16 import convert_fp16
 
     q = profile.quant
     with captured(log):
-        return convert_fp16(source, target, q.fp16_exclude_op_types, q.fp16_exclude_nodes, checks, autocast_feeds(profile))
+        return convert_fp16(source, target, q.fp16_exclude_op_types, q.fp16_exclude_nodes, checks, reference_feeds)
 
 
 def run_fp16(job: Job) -> StageResult:
     from pipeline.core.fileio import atomic_path
+    from pipeline.models.decoder import autocast_feeds
 
     profile = job.settings.profile
     q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.fp16.onnx"
     batches = held_out(profile)
     with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
-        result = convert(profile, source, tmp, shape_checks(profile), job.out / "fp16.log")
+        result = convert(profile, source, tmp, shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
         # the session that ran the shape checks
         figures = accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
         gate("fp16", figures, q.min_cosine_fp16)
