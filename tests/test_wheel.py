@@ -62,3 +62,25 @@ def test_the_wheel_lists_its_profiles_and_builds_from_an_empty_folder(installed)
     assert built.returncode == 0, built.stderr
     assert (empty / "artifacts" / "bert-tiny" / "model.onnx").stat().st_size > 0
     assert "export    done" in built.stdout
+
+
+def test_the_wheel_holds_every_module_and_template_of_the_checkout(installed):
+    """A package missing from pyproject's list (pipeline.jobs was) leaves its commands out of every non-editable install."""
+    python, empty = installed
+    where = subprocess.run([str(python), "-c", "import pipeline; print(pipeline.__file__)"], cwd=empty, capture_output=True, text=True, check=True,
+                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    site = Path(where.stdout.strip()).parents[1]
+    assert str(python.parents[1]) in str(site), "the installed copy, not the checkout"
+    wanted = {path.relative_to(REPO) for package in ("pipeline", "quant", "trt") for path in (REPO / package).rglob("*")
+              if path.is_file() and "__pycache__" not in path.parts}
+    missing = sorted(str(path) for path in wanted if not (site / path).is_file())
+    assert not missing, f"not in the wheel: {missing}"
+
+
+def test_the_wheel_plans_the_packaged_matrix(installed):
+    python, empty = installed
+    matrix = Path(subprocess.run([str(python), "-c", "import pipeline, pathlib; print(pathlib.Path(pipeline.__file__).parent / 'profiles' / 'matrix-cpu.toml')"],
+                                 cwd=empty, capture_output=True, text=True, check=True).stdout.strip())
+    planned = run_installed(installed, "jobs", "plan", str(matrix))
+    assert planned.returncode == 0, planned.stderr
+    assert "cells" in planned.stdout, planned.stdout
