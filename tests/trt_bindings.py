@@ -12,6 +12,7 @@ those factories). Without pip's index or a C compiler the tests skip with the re
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -63,7 +64,11 @@ def prepare(version: str) -> Bindings:
     """The bindings of `version` for this Python, from the cache or downloaded and stubbed now."""
     target = cache_folder() / f"{version}-cp{sys.version_info.major}{sys.version_info.minor}"
     if not (target / "READY").is_file():
-        _prepare(version, target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{target.name}.lock", "w") as lock:  # test workers in parallel prepare a version once
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (target / "READY").is_file():
+                _prepare(version, target)
     return Bindings(version, target / "site", target / "lib")
 
 

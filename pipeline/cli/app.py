@@ -45,10 +45,11 @@ class _StdoutConsole(Console):
 
 
 def stdout_console() -> Console:
-    """Rich output on stdout; 140 columns when piped so tables and paths are not cut."""
-    probe = _StdoutConsole(file=sys.stdout)
+    """Rich output on stdout; 140 columns when piped so tables are not cut. A printed line is never broken
+    into two (soft wrap: the terminal folds it), so a path or a reason stays whole for grep and for copying."""
+    probe = _StdoutConsole(file=sys.stdout, soft_wrap=True)
     # bound to the real stdout now: stages capture sys.stdout while third-party code runs
-    return probe if probe.is_terminal else _StdoutConsole(file=sys.stdout, width=140)
+    return probe if probe.is_terminal else _StdoutConsole(file=sys.stdout, width=140, soft_wrap=True)
 _debug = False
 
 ProfileOption = Annotated[
