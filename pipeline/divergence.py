@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, first_line
 from pipeline.core.profiles import Profile
 from pipeline.core.scopes import NAME_SCOPES_KEY, inline_functions_proto, module_name, node_scope
 
@@ -61,8 +61,7 @@ def capture_modules(module: Any, feeds: dict[str, np.ndarray]) -> dict[str, Capt
         with torch.no_grad():
             module(*(torch.from_numpy(a) for a in feeds.values()))
     except Exception as err:  # the model's own code: any exception type
-        first = str(err).strip().splitlines()[0] if str(err).strip() else "no message"
-        raise InputError(f"the torch model raised {type(err).__name__} on the inputs given ({first}); give inputs of the "
+        raise InputError(f"the torch model raised {type(err).__name__} on the inputs given ({first_line(err)}); give inputs of the "
                          f"shapes and dtypes its profile declares ({', '.join(f'{k} {list(a.shape)} {a.dtype}' for k, a in feeds.items())})") from err
     finally:
         for handle in handles:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed
+from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed, first_line
 from pipeline.core.fileio import atomic_path, sha256_file
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
@@ -225,7 +225,7 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
         except SyntaxError as err:
             raise ProfileError(f"{where}: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
         except Exception as err:  # the module's own top-level code failed
-            raise ProfileError(f"{where}: importing {module_name} raised {type(err).__name__}: {_first_line(err)}; fix the module (--debug shows the traceback)") from err
+            raise ProfileError(f"{where}: importing {module_name} raised {type(err).__name__}: {first_line(err)}; fix the module (--debug shows the traceback)") from err
     if not callable(factory):
         raise ProfileError(f"{where}: {module_name} has no function {function_name!r}")
     try:
@@ -236,7 +236,7 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
     try:
         made = factory(**profile.model.kwargs)
     except Exception as err:  # the user's code: any exception is theirs to fix, told in one line
-        raise ProfileError(f"{where} raised {type(err).__name__}: {_first_line(err)}; fix the factory (--debug shows the traceback)") from err
+        raise ProfileError(f"{where} raised {type(err).__name__}: {first_line(err)}; fix the factory (--debug shows the traceback)") from err
     if isinstance(made, torch.nn.Module):
         made = (made,)
     if not (isinstance(made, (tuple, list)) and 1 <= len(made) <= 3 and isinstance(made[0], torch.nn.Module)):
@@ -507,11 +507,6 @@ def _summary(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "no message"
-
-
 def _signature(function) -> str:
     try:
         return str(inspect.signature(function))
@@ -534,7 +529,7 @@ def _find_spec(module_name: str, profile: Profile):
     except SyntaxError as err:
         raise ProfileError(f"{profile.source}: model.factory: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
     except Exception as err:  # a parent package's __init__ runs here and may fail in any way
-        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {type(err).__name__}: {_first_line(err)}") from err
+        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {type(err).__name__}: {first_line(err)}") from err
         raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {err}") from err
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, first_line
 from pipeline.core.scopes import inline_functions_proto, module_name, node_scope
 
 MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
@@ -69,7 +69,7 @@ def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir
     try:
         session = ort.InferenceSession(str(exposed), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own untyped errors
-        raise InputError(f"{path}: onnxruntime cannot load it: {_first_line(err)}") from err
+        raise InputError(f"{path}: onnxruntime cannot load it: {first_line(err)}") from err
     names = [o.name for o in session.get_outputs()]
     wanted = {i.name for i in session.get_inputs()}
     missing = sorted(wanted - feed_sets[0].keys())
@@ -80,15 +80,10 @@ def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir
         try:
             results = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
         except Exception as err:  # shapes or dtypes the model does not accept
-            raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({_first_line(err)}); give inputs of its shapes and dtypes") from err
+            raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({first_line(err)}); give inputs of its shapes and dtypes") from err
         for name, value in zip(names, results, strict=True):
             values[name].append(np.asarray(value, np.float64))
     return values
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:

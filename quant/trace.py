@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, first_line
 from pipeline.core.scopes import inline_functions_proto, module_name, node_scope
 
 DEFAULT_LIMIT_MB = 4096  # largest trace kept without --nodes or --max-trace-mb
@@ -185,13 +185,13 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
     try:
         session = ort.InferenceSession(str(exposed_file), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own untyped errors
-        raise InputError(f"{path}: onnxruntime cannot load it: {_first_line(err)}") from err
+        raise InputError(f"{path}: onnxruntime cannot load it: {first_line(err)}") from err
     wanted = [i.name for i in session.get_inputs()]
     names = [o.name for o in session.get_outputs()]
     try:
         results = session.run(None, {name: feeds[name] for name in wanted})
     except Exception as err:  # shapes or dtypes the model does not accept
-        raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({_first_line(err)}); give inputs of its shapes and dtypes") from err
+        raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({first_line(err)}); give inputs of its shapes and dtypes") from err
     values = dict(zip(names, results, strict=True))
     initializers = {t.name: t for t in model.graph.initializer}
     steps = [Step("input", name, "", "", "", np.asarray(feeds[name])) for name in wanted]
@@ -235,11 +235,6 @@ def demand_order(graph) -> list[int]:
                 done.add(node)
                 order.append(node)
     return order
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def match_inputs(path_a: Path, path_b: Path, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from pipeline import __version__, interrupts
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, first_line
 from pipeline.core.text import printable, printable_json
 
 app = typer.Typer(
@@ -142,13 +142,8 @@ def _report_failure(err: BaseException) -> int:
     if isinstance(err, MemoryError):
         _error_line("out of memory; use a smaller model, batch or sample count, or a machine with more memory")
         return 1
-    _error_line(f"internal error (a bug in trt-pipeline): {type(err).__name__}: {_first_line(err)}; rerun with --debug and report the traceback")
+    _error_line(f"internal error (a bug in trt-pipeline): {type(err).__name__}: {first_line(err)}; rerun with --debug and report the traceback")
     return 1
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "no message"
 
 
 def _error_line(message: str) -> None:

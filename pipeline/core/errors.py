@@ -25,3 +25,9 @@ class CapabilityMissing(PipelineError):
     """A required capability (TensorRT, a GPU) is not on this machine and `--strict` was given."""
 
     exit_code = 3
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of a library's exception message (its type when it has none): what an error line quotes."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

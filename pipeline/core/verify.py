@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.errors import InputError, StageFailed, first_line
 
 
 class OnnxSession:
@@ -43,7 +43,7 @@ class OnnxSession:
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own untyped errors
-            raise InputError(f"{path}: onnxruntime cannot load it: {_first_line(err)}") from err
+            raise InputError(f"{path}: onnxruntime cannot load it: {first_line(err)}") from err
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
 
@@ -86,13 +86,9 @@ def _run_failure(err: Exception) -> str:
     text = " ".join(str(err).split())
     match = re.search(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", text)
     if not match:
-        return _first_line(err)
+        return first_line(err)
     message = re.sub(r"^(\S+\.(cc|h):\d+ )?(.*?\) )?(status\.IsOK\(\) was false\. )?", "", match[3])
     return f"{match[1]} node '{match[2]}': {message}"
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> float:

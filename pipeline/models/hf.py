@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import InputError, ProfileError
+from pipeline.core.errors import InputError, ProfileError, first_line
 from pipeline.core.fileio import sha256_file
 from pipeline.core.profiles import Profile
 from pipeline.models.size import check_fits, small_config_fields
@@ -119,19 +119,29 @@ def local_folder(profile: Profile):
     return None
 
 
+def _transformers_requirement() -> str:
+    """The [hf] extra's transformers pin as installed (so the hint works from any folder), else plain transformers."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        pins = [r.split(";")[0].strip() for r in requires("trt-pipeline") or [] if r.startswith("transformers")]
+    except PackageNotFoundError:
+        pins = []
+    return pins[0] if pins else "transformers"
+
+
 def _transformers(needed_by: str, error: type[Exception] = ProfileError):
     try:
         import transformers
     except ImportError as err:
-        raise error(f'{needed_by} needs transformers: pip install -e ".[hf]"') from err
+        raise error(f'{needed_by} needs transformers: pip install "{_transformers_requirement()}" (the [hf] extra)') from err
     transformers.logging.set_verbosity_error()
     return transformers
 
 
 def _first_line(err: Exception) -> str:
     """The error's first line, without transformers' list of every known model type."""
-    text = str(err).strip()
-    return text.splitlines()[0].split(". Should contain one of")[0] if text else type(err).__name__
+    return first_line(err).split(". Should contain one of")[0]
 
 
 def starter_profile(source: str, task: str, name: str, profile_folder: Path, full_size: bool = False) -> str:
