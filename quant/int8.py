@@ -7,9 +7,6 @@ can leave the vocabulary and crash Gather) and never `calibrate_per_node` (~600x
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.errors import InputError
 from pipeline.core.fileio import atomic_path
 from quant.calibration import calibration_reader, split
 
@@ -47,12 +44,12 @@ def quantize_int8(
     on_step: Callable[[int, int], None] = lambda done, total: None,
 ) -> Int8Result:
     import onnx
-    from modelopt.onnx.quantization import quantize
 
-    from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
+    from pipeline.core.onnxfile import load_onnx
     from quant import silence_lief_leak_report
     from quant.lint import lint_model
     from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
+    from quant.ptq import run_modelopt
 
     silence_lief_leak_report()
 
@@ -62,25 +59,16 @@ def quantize_int8(
     source_model = load_onnx(source)
     plan = plan_preset(preset, source_model, max_sequence)
     feeds = split(calibration, batch)
-    logging.getLogger("modelopt").setLevel(logging.ERROR)
     # ModelOpt rewrites the file it is given (shape inference in place) and writes intermediates
-    # beside it and beside its output: it gets a private copy in a work folder, never our input
-    with private_copy(source, external_tensors(source_model), beside=target) as (workdir, copy):
-        del source_model
-        quantized_path = workdir / "quantized.onnx"
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
-                quantize(
-                    onnx_path=str(copy), quantize_mode="int8", calibration_data_reader=calibration_reader(feeds, on_step),
-                    calibration_method=calibration_method, calibration_eps=["cpu"], high_precision_dtype=high_precision_dtype,
-                    op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
-                    nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,
-                    calibrate_per_node=False, output_path=str(quantized_path), log_level="ERROR",
-                )
-        except (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError) as err:
-            raise StageFailed(f"int8: ModelOpt cannot quantize {source}: {type(err).__name__}: {_first_line(err)}; "
-                             "try another --preset, or rerun with --debug for ModelOpt's traceback") from err
-        model = onnx.load(str(quantized_path))
+    # beside it and beside its output: run_modelopt gives it a private copy in a work folder, never our input
+    model = run_modelopt(
+        source, target, "int8", model=source_model, hint="try another --preset",
+        quantize_mode="int8", calibration_data_reader=calibration_reader(feeds, on_step),
+        calibration_method=calibration_method, high_precision_dtype=high_precision_dtype,
+        op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
+        nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,
+    )
+    del source_model
     removed = apply_preset(preset, model)
     with atomic_path(target) as tmp:
         onnx.save(model, str(tmp))
@@ -88,8 +76,3 @@ def quantize_int8(
     notes = [*plan.notes, f"attention MatMuls in the result: {attention_state(model)}"]
     findings = lint_model(model, max_sequence)
     return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes, findings)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "no message"

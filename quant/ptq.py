@@ -1,4 +1,4 @@
-"""What the FP8 and INT4 entries share: ModelOpt's ONNX PTQ run on a private copy, quietly, its
+"""What the INT8, FP8 and INT4 entries share: ModelOpt's ONNX PTQ run on a private copy, quietly, its
 errors as ours; the Q/DQ counts of the result; and its accuracy against the FP32 model.
 
 Like the INT8 stage: calibration always uses our samples (never ModelOpt's random data) on the
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.errors import InputError, StageFailed, first_line
 
 MODELOPT_ERRORS = (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError, NotImplementedError)
 
@@ -53,25 +53,43 @@ def check_calibration(calibration: dict[str, np.ndarray], batch: int, minimum: i
     return rows
 
 
-def run_modelopt(source: Path, beside: Path, stage: str, **arguments: Any):
+def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str = "", **arguments: Any):
     """`modelopt.onnx.quantization.quantize(**arguments)` on a private copy of `source` (in a work folder
-    beside `beside`); returns the quantized ModelProto. ModelOpt failing on the valid model is a failed
-    stage (StageFailed, exit 1) naming the file."""
+    beside `beside`); returns the quantized ModelProto. `model` is `source` already loaded (without its
+    weights), if the caller has it. ModelOpt failing on the valid model is a failed stage (StageFailed,
+    exit 1) naming the file, with `hint` as what to try."""
     import onnx
     from modelopt.onnx.quantization import quantize
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
 
+    model = model if model is not None else load_onnx(source)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
-    with private_copy(source, external_tensors(load_onnx(source)), beside=beside) as (workdir, copy):
+    with private_copy(source, external_tensors(model), beside=beside) as (workdir, copy):
+        if name_anonymous_input_dims(model):
+            onnx.save(model, str(copy))
+        del model
         output = workdir / "quantized.onnx"
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
                 quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR", **arguments)
         except MODELOPT_ERRORS as err:
             raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {first_line(err)}; "
-                             "rerun with --debug for ModelOpt's traceback") from err
+                             f"{hint + ', or ' if hint else ''}rerun with --debug for ModelOpt's traceback") from err
         return onnx.load(str(output))
+
+
+def name_anonymous_input_dims(model) -> list[str]:
+    """Name each graph input dimension that has neither a size nor a name (skl2onnx writes a dynamic batch
+    so): ModelOpt 0.47 compares every input dimension with 0 and fails on one (TypeError on None).
+    Returns the names given, `<input>_dim<axis>`; the model is changed in place."""
+    named = []
+    for value in model.graph.input:
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim if value.type.HasField("tensor_type") else ()):
+            if not dim.HasField("dim_value") and not dim.HasField("dim_param"):
+                dim.dim_param = f"{value.name}_dim{axis}"
+                named.append(dim.dim_param)
+    return named
 
 
 def qdq_counts(model) -> dict[str, Any]:
@@ -106,8 +124,3 @@ def held_out_accuracy(candidate: Path, reference, held_out: list[dict[str, np.nd
     else:
         expected = model_outputs(Path(reference), held_out)
     return accuracy(expected, outputs, samples)
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else "no message"

@@ -262,3 +262,50 @@ def test_each_model_is_loaded_into_onnxruntime_once_per_build(tmp_path, monkeypa
     assert len(fp16) == 1, f"the FP16 model was loaded {len(fp16)} times: {opened}"
     assert sum("int8" in name for name in checked) == 1
     assert checked.count("model.opt.onnx") == 1, f"the FP32 reference is computed once per build: {opened}"
+
+
+def _mlp(path: Path, input_shape: list) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), f"w{i}") for i in range(2)]
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "w0"], ["h"], name="mm0"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+                               helper.make_node("MatMul", ["r", "w1"], ["Y"], name="mm1")], "mlp",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, input_shape)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [*input_shape[:-1], 32])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))  # IR 13: onnx 1.21's own
+
+
+def test_quantize_int8_takes_a_model_whose_batch_dimension_has_no_name(tmp_path):
+    """skl2onnx and other converters write a dynamic dimension with neither a size nor a name; ModelOpt 0.47
+    fails on one (TypeError comparing None with 0). The copy ModelOpt gets has it named; the input is untouched.
+    The model is IR 13, as onnx 1.21 writes: ModelOpt's IR 10 copy is written inside our work folder."""
+    import hashlib
+
+    from quant.ptq import name_anonymous_input_dims
+
+    source = tmp_path / "anonymous.onnx"
+    _mlp(source, [None, 8, 32])
+    assert onnx.load(str(source)).ir_version > 10
+    before = hashlib.sha256(source.read_bytes()).hexdigest()
+    np.savez(tmp_path / "calib.npz", X=np.random.default_rng(1).standard_normal((16, 8, 32)).astype(np.float32))
+
+    result = run_cli("quantize", str(source), "-o", str(tmp_path / "q.onnx"), "--int8", "--calib", str(tmp_path / "calib.npz"))
+    assert result.returncode == 0, result.stderr
+    quantized = onnx.load(str(tmp_path / "q.onnx"))
+    assert sum(n.op_type == "QuantizeLinear" for n in quantized.graph.node) > 0 and "nothing was quantized" not in result.stdout
+    assert quantized.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "X_dim0"
+    assert hashlib.sha256(source.read_bytes()).hexdigest() == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no work folder left"
+    # the helper names exactly the anonymous dimensions
+    model = onnx.load(str(source))
+    assert name_anonymous_input_dims(model) == ["X_dim0"] and name_anonymous_input_dims(model) == []
+
+
+def test_quantize_int8_says_when_modelopt_quantized_nothing(tmp_path):
+    """A 2-D MLP calibrated at batch 1 is all GEMV to ModelOpt: the command says so and what to do."""
+    _mlp(tmp_path / "mlp.onnx", ["batch", 32])
+    np.savez(tmp_path / "calib.npz", X=np.random.default_rng(1).standard_normal((16, 32)).astype(np.float32))
+    result = run_cli("quantize", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "q.onnx"), "--int8", "--calib", str(tmp_path / "calib.npz"))
+    assert result.returncode == 0, result.stderr
+    assert "0 Q/DQ pairs" in result.stdout and "note: nothing was quantized" in result.stdout and "calibration batch (here 1" in result.stdout

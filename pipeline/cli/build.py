@@ -385,7 +385,7 @@ def _int8(source: Path, output: Path, fp16: bool, calib: Optional[Path], profile
 
     from pipeline.core.profiles import load_profile
     from pipeline.settings import Settings
-    from pipeline.stages.int8 import QUANTIZE_READS
+    from pipeline.stages.int8 import QUANTIZE_READS, calibration_batch
     from pipeline.stages.int8 import quantize as quantize_int8
 
     if calib is None and profile is None:
@@ -406,6 +406,10 @@ def _int8(source: Path, output: Path, fp16: bool, calib: Optional[Path], profile
                                        on_step=lambda done, total: progress.update(task, completed=done, total=total))
     stdout_console().print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
                            f"lint-qdq: {len(result.findings)} findings", highlight=False)
+    if result.qdq_pairs == 0:
+        stdout_console().print(f"note: nothing was quantized. ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration "
+                               f"batch (here {calibration_batch(settings.profile, source)}: a 2-D input's batch is M) or its K or N is under 16, "
+                               "and a Conv with too few channels; if you deploy at a larger batch, pass --profile with it", highlight=False, markup=False)
 
 
 def _runs(model: Path, feeds: dict) -> bool:

@@ -73,10 +73,14 @@ def check_external_data(tensors: list[tuple[str, str, int, int | None]], model_p
 @contextlib.contextmanager
 def private_copy(source: Path, external: list[tuple[str, str, int, int | None]], beside: Path) -> Iterator[tuple[Path, Path]]:
     """(work folder, copy of `source` with its external data files) for a library that writes to
-    the file it is given or beside it; the folder (`.<beside>.work.*.tmp`) is removed afterwards,
-    and a run killed before that leaves a name the next build cleans up."""
+    the file it is given or beside it; the folder (`.<beside without its dots and .onnx>.work.*.tmp`) is removed
+    afterwards, and a run killed before that leaves a name the next build cleans up.
+
+    The folder's name holds no ".onnx": ModelOpt names its intermediates with
+    `path.replace(".onnx", "_ir10.onnx")` on the whole path (an IR > 10 model), which would point
+    into a folder that does not exist."""
     try:
-        workdir = Path(tempfile.mkdtemp(prefix=f".{beside.name}.work.", suffix=".tmp", dir=beside.parent))
+        workdir = Path(tempfile.mkdtemp(prefix=f".{beside.name.lstrip('.').replace('.onnx', '')}.work.", suffix=".tmp", dir=beside.parent))
     except OSError as err:
         raise InputError(describe_os_error(err, beside.parent)) from err
     try:
