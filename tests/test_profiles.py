@@ -48,7 +48,7 @@ BAD_PROFILES = {
     "hf and factory": ('name = "x"\n[model]\nfactory = "a.b:c"\nhf = "bert-base-uncased"\n' + VALID_INPUT, "exactly one of factory"),
     "hf_config without model_type": ('name = "x"\n[model]\nhf_config = { hidden_size = 64 }\n' + VALID_INPUT, "hf_config needs model_type"),
     "task without hf": ('name = "x"\n' + FACTORY + 'task = "causal-lm"\n' + VALID_INPUT, "task chooses the head of a Hugging Face model"),
-    "unknown task": ('name = "x"\n[model]\nhf = "m"\ntask = "translation"\n' + VALID_INPUT, "model.task: Input should be 'base'"),
+    "unknown task": ('name = "x"\n[model]\nhf = "m"\ntask = "translation"\n' + VALID_INPUT, "model.task: 'translation' is not known: input should be 'base'"),
     "kwargs with hf": ('name = "x"\n[model]\nhf = "m"\nkwargs = { a = 1 }\n' + VALID_INPUT, "kwargs go to a factory"),
     "duplicate inputs": ('name = "x"\n' + FACTORY + VALID_INPUT + VALID_INPUT, "input names must be unique, repeated: x"),
     "no inputs": ('name = "x"\ninputs = []\n' + FACTORY, "inputs: List should have at least 1 item"),

@@ -12,12 +12,11 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import ProfileError
-from pipeline.core.fileio import describe_os_error
+from pipeline.core.tomlfile import describe_validation_error, read_toml
 
 REPO_PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
@@ -310,31 +309,8 @@ def shadowed_profile(name_or_path: str) -> Path | None:
 
 def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     path = resolve_profile_path(name_or_path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ProfileError(describe_os_error(err, path, writing=False)) from err
-    except UnicodeDecodeError as err:
-        raise ProfileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the profile as UTF-8 TOML") from err
-    except tomllib.TOMLDecodeError as err:
-        raise ProfileError(f"{path}: invalid TOML: {err}") from err
+    data = read_toml(path, ProfileError, "profile")
     try:
         return Profile.model_validate({**data, "source": path})
     except ValidationError as err:
-        raise ProfileError(f"{path}: {_describe(err)}") from err
-
-
-def _describe(err: ValidationError) -> str:
-    """One line: the first problem's key and message, and how many more there are."""
-    errors = err.errors(include_url=False)
-    first = errors[0]
-    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown key; check its spelling against profiles/bert-tiny.toml"
-    elif first["type"] == "missing":
-        message = "required key is missing"
-    text = f"{key or 'profile'}: {message}" if key else message
-    if len(errors) > 1:
-        text += f" (+{len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return text
+        raise ProfileError(f"{path}: {describe_validation_error(err, Profile, 'profile')}") from err

@@ -24,12 +24,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.core.errors import InputError, ProfileError
-from pipeline.core.fileio import describe_os_error
 from pipeline.core.profiles import Profile, load_profile
+from pipeline.core.tomlfile import describe_validation_error, read_toml
 
 Precision = Literal["fp32", "fp16", "int8"]
 Backend = Literal["trt", "ort-cuda", "ort-cpu"]
@@ -157,20 +156,13 @@ def profile_of(matrix: Matrix, entry: ModelEntry) -> Profile:
 
 def load_matrix(path: Path) -> Matrix:
     """Read and validate MATRIX.toml; every profile it names must load and every shape fit its dims."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise InputError(f"matrix {path} does not exist; pass a matrix .toml (e.g. profiles/matrix-cpu.toml)") from err
-    except OSError as err:
-        raise InputError(describe_os_error(err, path, writing=False)) from err
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text; save the matrix as UTF-8 TOML") from err
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: invalid TOML: {err}") from err
+    if not Path(path).exists():
+        raise InputError(f"matrix {path} does not exist; pass a matrix .toml (e.g. profiles/matrix-cpu.toml)")
+    data = read_toml(path, InputError, "matrix")
     try:
         matrix = Matrix.model_validate({**data, "source": Path(path)})
     except ValidationError as err:
-        raise InputError(f"{path}: {_describe(err)}") from err
+        raise InputError(f"{path}: {describe_validation_error(err, Matrix, 'matrix')}") from err
     for number, entry in enumerate(matrix.models):
         where = f"{path}: models[{number}]"
         try:
@@ -189,15 +181,3 @@ def load_matrix(path: Path) -> Matrix:
     return matrix
 
 
-def _describe(err: ValidationError) -> str:
-    first = err.errors(include_url=False)[0]
-    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown key; check its spelling against profiles/matrix-cpu.toml"
-    elif first["type"] == "missing":
-        message = "required key is missing"
-    elif first["type"] == "literal_error":
-        message = f"{first['input']!r} is not known: {message.lower()}"
-    more = len(err.errors()) - 1
-    return f"{key or 'matrix'}: {message}" + (f" (+{more} more)" if more else "")

@@ -1,0 +1,75 @@
+"""Reading a TOML file a user wrote (a profile, a jobs matrix) and saying in one line what is wrong with it."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from pydantic import BaseModel, ValidationError
+
+from pipeline.core.errors import PipelineError
+from pipeline.core.fileio import describe_os_error
+
+
+def read_toml(path: Path, error: type[PipelineError], what: str) -> dict[str, Any]:
+    """The table in `path`; a file that cannot be read or is not TOML is one `error` line naming it."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise error(describe_os_error(err, path, writing=False)) from err
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save the {what} as UTF-8 TOML") from err
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{path}: invalid TOML: {err}") from err
+
+
+def describe_validation_error(err: ValidationError, schema: type[BaseModel], what: str) -> str:
+    """One line: the first problem's key and what to do, and how many more there are.
+
+    A misspelt key is reported before anything else (it usually is the cause of a "missing" one), with
+    the key it is closest to, or the keys its table takes."""
+    errors = sorted(err.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        fields = _fields_at(schema, first["loc"][:-1])
+        close = difflib.get_close_matches(str(first["loc"][-1]), fields, n=1)
+        message = f"unknown key; did you mean {close[0]!r}?" if close else f"unknown key; this table takes: {', '.join(fields)}"
+    elif first["type"] == "missing":
+        message = "required key is missing"
+    elif first["type"] == "literal_error":
+        message = f"{first['input']!r} is not known: {message[0].lower()}{message[1:]}"
+    text = f"{key}: {message}" if key else f"{what}: {message}"
+    more = len(errors) - 1
+    return text + (f" (+{more} more problem{'s' if more > 1 else ''})" if more else "")
+
+
+def _fields_at(schema: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys of the table at `loc` inside `schema` (list indexes and dict keys stepped over)."""
+    model: Any = schema
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        if isinstance(part, int) or part not in model.model_fields:
+            continue
+        model = _model_in(model.model_fields[part].annotation)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [name for name, field in model.model_fields.items() if not field.exclude]
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (`X`, `list[X]`, `dict[str, X]`, `X | None`), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (list, tuple, dict, typing.Union, types.UnionType):
+        for argument in reversed(typing.get_args(annotation)):
+            found = _model_in(argument)
+            if found is not None:
+                return found
+    return None
