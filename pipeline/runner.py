@@ -292,11 +292,11 @@ class Runner:
                     f"so this {record.status} result is out of date: run build again with the flags that produce it")))
 
     def _print_line(self, stage: Stage | None, record: StageRecord) -> None:
-        mark = {"done": "[green]done[/]", "cached": "[cyan]cached[/]", "skipped": "[yellow]skipped[/]", "failed": "[red]failed[/]",
-                "interrupted": "[red]interrupted[/]", "stale": "[yellow]stale[/]"}
+        colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow"}[record.status]
+        status = f"[{colour}]{record.status}[/]{' ' * (len('interrupted') - len(record.status))}"  # padded as seen, not as marked up
         detail = stage.key_metric(record.metrics) if stage and record.status in ("done", "cached") else split_next_step(record.reason)[0]
         earlier = " (earlier run)" if record.run != self.run_id else ""
-        self.console.print(f"{record.name:<9} {mark[record.status]:<20} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False, soft_wrap=True)
+        self.console.print(f"{record.name:<9} {status} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False, soft_wrap=True)
         if record.status == "done" and record.reason.startswith("rerun: "):
             self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False, soft_wrap=True)
 

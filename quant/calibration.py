@@ -138,5 +138,7 @@ def model_inputs(onnx_path: Path) -> dict[str, tuple[str, list]]:
 def calibration_data(profile: Profile, calib: Path | None, onnx_path: Path) -> tuple[dict[str, np.ndarray], str]:
     """A user's .npz checked against the model, else synthetic samples; and where they came from."""
     if calib is None:
-        return synthetic(profile, profile.quant.samples), f"synthetic, {profile.quant.samples} samples from profile {profile.name}"
+        data = synthetic(profile, profile.quant.samples)
+        rows = len(next(iter(data.values()))) if data else 0
+        return data, f"synthetic, {profile.quant.samples} feeds at profile {profile.name}'s opt shapes ([quant] samples): {rows} samples"
     return load_npz(Path(calib), model_inputs(onnx_path)), str(Path(calib).resolve())

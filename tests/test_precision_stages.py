@@ -33,7 +33,7 @@ def test_fp8_stage_writes_fp8_qdq_at_opset_21_gated(vit):
     assert next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 21
     assert "FLOAT8E4M3FN" in fp8["metrics"]["qdq"]["dequantize_types"] and fp8["metrics"]["qdq"]["quantize"] > 0
     assert fp8["metrics"]["accuracy"]["cosine_centered"] >= fp8["metrics"]["min_cosine"] == 0.99
-    assert fp8["metrics"]["method"] == "max" and fp8["metrics"]["calibration"].startswith("synthetic, 16 samples")
+    assert fp8["metrics"]["method"] == "max" and fp8["metrics"]["calibration"].startswith("synthetic, 16 feeds at profile ")
     assert "int4 " not in runs["fp8"].stdout  # --until fp8 stops there
 
 
