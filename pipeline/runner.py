@@ -239,7 +239,7 @@ class Runner:
             before, now = previous.key.get(part, {}), key.get(part, {})
             for name in sorted(before.keys() | now.keys()):
                 if before.get(name) != now.get(name):
-                    changed.append(f"{what} {name}{_change(before.get(name), now.get(name)) if part in ('settings', 'packages') else ''}")
+                    changed.append(f"{what} {describe_change(name, before.get(name), now.get(name)) if part in ('settings', 'packages') else name}")
         if changed and previous.key:
             return "rerun: " + "; ".join(changed) + " changed"
         if previous.status not in ("done", "cached"):
@@ -307,10 +307,15 @@ class Runner:
                 self._print_line(self.stages.get(record.name), record)
 
 
-def _change(before: Any, now: Any) -> str:
-    """` (A -> B)` when both fit in a short line, else nothing."""
-    text = f" ({json.dumps(before)} -> {json.dumps(now)})"
-    return text if len(text) <= 80 else ""
+def describe_change(name: str, before: Any, now: Any) -> str:
+    """`name (A -> B)`, down to the keys that changed in a table (`dims.seq.max (64 -> 32)`); the
+    values only where they fit in a short line, at most three keys named."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        keys = [key for key in sorted(before.keys() | now.keys()) if before.get(key) != now.get(key)]
+        parts = [describe_change(f"{name}.{key}", before.get(key), now.get(key)) for key in keys[:3]]
+        return ", ".join(parts) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    values = f" ({json.dumps(before)} -> {json.dumps(now)})"
+    return name + (values if len(values) <= 80 else "")
 
 
 @functools.cache

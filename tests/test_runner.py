@@ -203,3 +203,14 @@ def test_a_new_version_of_a_declared_package_reruns_the_stage(tmp_path, monkeypa
     monkeypatch.setattr(pipeline.runner, "package_version", lambda name: "10.13.0.35")
     (record,) = make_runner(tmp_path).run([stage])
     assert record.status == "done" and record.reason == 'rerun: package tensorrt ("10.8.0.43" -> "10.13.0.35") changed' and len(runs) == 2
+
+
+def test_a_changed_table_setting_names_the_keys_that_changed():
+    from pipeline.runner import describe_change
+
+    dims = {"batch": {"min": 1, "opt": 4, "max": 8}, "seq": {"min": 1, "opt": 32, "max": 64}}
+    assert describe_change("dims", dims, {**dims, "seq": {"min": 1, "opt": 32, "max": 32}}) == "dims.seq.max (64 -> 32)"
+    assert describe_change("export", {"opset": 17}, {"opset": 18, "exporter": "dynamo"}) == 'export.exporter (null -> "dynamo"), export.opset (17 -> 18)'
+    many = {f"k{i}": i for i in range(5)}
+    assert describe_change("t", many, {key: -1 for key in many}) == "t.k0 (0 -> -1), t.k1 (1 -> -1), t.k2 (2 -> -1) and 2 more"
+    assert describe_change("quant.preset", "trt-fusion", "x" * 90) == "quant.preset"
