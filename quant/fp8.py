@@ -32,7 +32,7 @@ def quantize_fp8(
     batch: int,
     held_out: list[dict[str, np.ndarray]],
     reference=None,
-    preset_name: str = "trt-fusion",
+    preset_name: str = "auto",
     high_precision_dtype: str = "fp16",
     max_sequence: int | None = None,
     opset: int | None = None,
@@ -44,16 +44,14 @@ def quantize_fp8(
     from pipeline.core.onnxfile import load_onnx
     from quant.calibration import calibration_reader, split
     from quant.lint import lint_model
-    from quant.presets import PRESETS, apply_preset, plan_preset
+    from quant.presets import apply_preset, plan_preset, resolve_preset
 
-    if preset_name not in PRESETS:
-        raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")
     if opset is not None and opset < FP8_MIN_OPSET:
         raise InputError(f"fp8: opset {opset} is below {FP8_MIN_OPSET}, the first ONNX opset whose Transpose/Reshape accept float8 "
                          f"tensors (ModelOpt places FP8 Q -> Transpose -> DQ in attention); pass opset >= {FP8_MIN_OPSET} or leave it unset")
     samples = check_calibration(calibration, batch, 1, "fp8", "max")
-    preset = PRESETS[preset_name]
     source_model = load_onnx(source)
+    preset = resolve_preset(preset_name, source_model)
     plan = plan_preset(preset, source_model, max_sequence)
     target_opset = max(FP8_MIN_OPSET, opset or 0, opset_of(source_model))
     del source_model
@@ -71,7 +69,7 @@ def quantize_fp8(
     notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)",
              f"TensorRT builds FP8 on GPUs of compute capability {'.'.join(map(str, FP8_MIN_COMPUTE_CAPABILITY))}+"]
     return PtqResult("fp8", "max", samples, opset_of(model), qdq_counts(model), figures, min_cosine,
-                     figures["cosine_centered"] >= min_cosine, notes, lint_model(model, max_sequence))
+                     figures["cosine_centered"] >= min_cosine, notes, lint_model(model, max_sequence), preset.name)
 
 
 def _exact(names: list[str]) -> list[str] | None:

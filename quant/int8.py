@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError
 from pipeline.core.fileio import atomic_path
 from quant.calibration import calibration_reader, split
 
@@ -35,7 +34,7 @@ class Int8Result:
 def quantize_int8(
     source: Path,
     target: Path,
-    calibration: dict[str, np.ndarray],
+    calibration: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
     batch: int,
     preset_name: str,
     high_precision_dtype: str,
@@ -48,17 +47,15 @@ def quantize_int8(
     from pipeline.core.onnxfile import load_onnx
     from quant import silence_lief_leak_report
     from quant.lint import lint_model
-    from quant.presets import PRESETS, apply_preset, attention_state, plan_preset
+    from quant.presets import apply_preset, attention_state, plan_preset, resolve_preset
     from quant.ptq import run_modelopt
 
     silence_lief_leak_report()
 
-    if preset_name not in PRESETS:
-        raise InputError(f"--preset {preset_name!r}: use one of {', '.join(PRESETS)}")
-    preset = PRESETS[preset_name]
     source_model = load_onnx(source)
+    preset = resolve_preset(preset_name, source_model)
     plan = plan_preset(preset, source_model, max_sequence)
-    feeds = split(calibration, batch)
+    feeds = calibration if isinstance(calibration, list) else split(calibration, batch)  # a list: feeds of their own shapes
     # ModelOpt rewrites the file it is given (shape inference in place) and writes intermediates
     # beside it and beside its output: run_modelopt gives it a private copy in a work folder, never our input
     model = run_modelopt(
@@ -75,4 +72,4 @@ def quantize_int8(
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")
     notes = [*plan.notes, f"attention MatMuls in the result: {attention_state(model)}"]
     findings = lint_model(model, max_sequence)
-    return Int8Result(preset.name, high_precision_dtype, len(feeds) * batch, calibration_method, plan.disable_mha_qdq, pairs, removed, notes, findings)
+    return Int8Result(preset.name, high_precision_dtype, sum(len(f[next(iter(f))]) for f in feeds), calibration_method, plan.disable_mha_qdq, pairs, removed, notes, findings)

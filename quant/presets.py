@@ -23,8 +23,12 @@
   inputs are Conv outputs, exactly one is quantized); the inputs of a Concat share one scale,
   so TensorRT can drop the Concat instead of requantizing.
 - `decoder`: the transformer rules, plus the parts of a decoder that stay in higher precision:
-  the lm_head GEMM (its logits feed sampling), norms and Softmax, and the KV cache inputs and
-  outputs (`past_key_values.*` / `present.*`).
+  the lm_head GEMM (its logits feed sampling), norms and Softmax, the KV cache inputs and
+  outputs (`past_key_values.*` / `present.*`), and the attention MatMuls, which read the whole
+  cache: one per-tensor scale for keys and values calibrated on some caches rounds another
+  cache's values to zero (a GPT-2/Llama/OLMo-2 with past then agreed with FP32 on 0-6% of
+  greedy tokens; TensorRT-LLM likewise keeps attention in FP16 unless the KV cache is FP8).
+- `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`).
 
 Each preset names the model family it is written for (`FAMILIES`); the lint reads the same
 data (`PlacementRules`), so what a preset places and what the lint accepts never disagree.
@@ -61,13 +65,13 @@ class PlacementRules:
     float_region_ops: tuple[str, ...]  # run in float inside a fused region: no Q/DQ on their input
     residual_skip: bool  # quantize the skip input of a residual Add (moved onto an existing Q/DQ of that tensor)
     share_concat_scales: bool  # the quantized inputs of a Concat get one scale (the largest)
-    keep_float: tuple[str, ...] = ()  # decoder parts left in higher precision: "lm_head", "kv_cache"
+    keep_float: tuple[str, ...] = ()  # decoder parts left in higher precision: "lm_head", "kv_cache", "attention"
 
 
 TRANSFORMER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False)
 CNN_RULES = PlacementRules(("Add", *EPILOGUE_OPS), FLOAT_REGION_OPS, residual_skip=True, share_concat_scales=True)
 DECODER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False,
-                               keep_float=("lm_head", "kv_cache"))
+                               keep_float=("lm_head", "kv_cache", "attention"))
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,8 @@ PRESETS = {
     "decoder": Preset("decoder", "transformer rules; lm_head, norms, Softmax and KV cache I/O kept in higher precision",
                       None, True, "auto", family="decoder", rules=DECODER_RULES),
 }
-DEFAULT_PRESET = "trt-fusion"
 FAMILY_PRESET = {"encoder": "trt-fusion", "decoder": "decoder", "cnn": "cnn"}
+PRESET_NAMES = ("auto", *PRESETS)  # "auto": the preset of the model's family
 KV_CACHE_NAME = re.compile(r"past|present|cache", re.IGNORECASE)
 
 
@@ -106,6 +110,15 @@ def model_family(model) -> str:
     if ops & set(CONV_OPS) and not attention_shapes(model):
         return "cnn"
     return "encoder"
+
+
+def resolve_preset(name: str, model) -> Preset:
+    """The preset called `name`; "auto" is the one written for the model's family."""
+    if name == "auto":
+        return PRESETS[FAMILY_PRESET[model_family(model)]]
+    if name not in PRESETS:
+        raise InputError(f"--preset {name!r}: use one of {', '.join(PRESET_NAMES)}")
+    return PRESETS[name]
 
 
 def check_family(preset: Preset, model) -> str:
@@ -205,6 +218,23 @@ def attention_state(model) -> str:
     return "int8" if states == {True} else "float"
 
 
+def attention_matmuls(model) -> list[str]:
+    """Names of the attention MatMuls: each score MatMul (Q x K^T, reaching a Softmax) and the context
+    MatMuls reading that Softmax (probabilities x V)."""
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    by_name = {n.name: n for n in model.graph.node}
+    found = []
+    for name, _, _ in attention_shapes(model):
+        scores = by_name[name]
+        found.append(name)
+        softmax = next((n for n in model.graph.node if n.op_type == "Softmax" and _reaches(scores, n, consumers)), None)
+        found += [context.name for context in (_matmuls_after(softmax, consumers) if softmax else [])]
+    return sorted(set(found))
+
+
 def _reaches(start, target, consumers: dict, hops: int = 4) -> bool:
     frontier = [start]
     for _ in range(hops):
@@ -214,12 +244,17 @@ def _reaches(start, target, consumers: dict, hops: int = 4) -> bool:
     return False
 
 
-def _matmuls_after(softmax, consumers: dict, hops: int = 3) -> list:
+# between a Softmax and its context MatMul: Q/DQ, casts, and the NaN guard of torch's SDPA export
+# (Where(IsNaN(p), 0, p), written for fully masked rows)
+SOFTMAX_PASS_THROUGH = ("QuantizeLinear", "DequantizeLinear", "Cast", "IsNaN", "Where", "Dropout", "Identity")
+
+
+def _matmuls_after(softmax, consumers: dict, hops: int = 4) -> list:
     found, frontier = [], [softmax]
     for _ in range(hops):
         frontier = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
-        found += [n for n in frontier if n.op_type == "MatMul"]
-        frontier = [n for n in frontier if n.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast")]
+        found += [n for n in frontier if n.op_type == "MatMul" and n not in found]
+        frontier = [n for n in frontier if n.op_type in SOFTMAX_PASS_THROUGH]
     return found
 
 
@@ -258,6 +293,8 @@ def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
         cache_in = {i.name for i in model.graph.input if KV_CACHE_NAME.search(i.name)}
         cache_out = {o.name for o in model.graph.output if KV_CACHE_NAME.search(o.name)}
         kept["kv_cache"] = [n.name for n in model.graph.node if set(n.input) & cache_in or set(n.output) & cache_out]
+    if "attention" in rules.keep_float:
+        kept["attention MatMuls (they read the KV cache)"] = attention_matmuls(model)
     return {part: names for part, names in kept.items() if names}
 
 

@@ -34,13 +34,14 @@ class PtqResult:
     passed: bool
     notes: list[str]
     findings: list  # quant.lint.Finding
+    preset: str | None = None  # the Q/DQ placement preset that ran (FP8)
 
     def metrics(self) -> dict[str, Any]:
         """What the stage records in the manifest (the lint as counts, like the INT8 stage)."""
         from quant.lint import findings_json
 
         lint = findings_json(self.findings)
-        return {**{k: v for k, v in asdict(self).items() if k != "findings"}, "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}}
+        return {**{k: v for k, v in asdict(self).items() if k != "findings" and v is not None}, "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}}
 
 
 def check_calibration(calibration: dict[str, np.ndarray], batch: int, minimum: int, stage: str, method: str) -> int:

@@ -9,6 +9,7 @@ import onnx
 import pytest
 from conftest import run_cli
 
+from pipeline.core.errors import InputError
 from pipeline.core.profiles import load_profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import make_inputs, stack_batches
@@ -309,3 +310,44 @@ def test_quantize_int8_says_when_modelopt_quantized_nothing(tmp_path):
     result = run_cli("quantize", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "q.onnx"), "--int8", "--calib", str(tmp_path / "calib.npz"))
     assert result.returncode == 0, result.stderr
     assert "0 Q/DQ pairs" in result.stdout and "note: nothing was quantized" in result.stdout and "calibration batch (here 1" in result.stdout
+
+
+def _attention_graph(nan_guard: bool):
+    """Q x K^T -> Softmax -> [Where(IsNaN(p), 0, p), as torch's SDPA exports it] -> x V."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores_matmul"),
+             helper.make_node("Softmax", ["scores"], ["probs"], name="softmax", axis=-1)]
+    probs = "probs"
+    if nan_guard:
+        nodes += [helper.make_node("IsNaN", ["probs"], ["nan"], name="isnan"),
+                  helper.make_node("Where", ["nan", "zero", "probs"], ["guarded"], name="guard")]
+        probs = "guarded"
+    nodes.append(helper.make_node("MatMul", [probs, "v"], ["context"], name="context_matmul"))
+    shape = lambda *dims: [helper.make_tensor_value_info(n, TensorProto.FLOAT, d) for n, d in dims]
+    graph = helper.make_graph(nodes, "attention", shape(("q", [1, 4, 8, 16]), ("kt", [1, 4, 16, 8]), ("v", [1, 4, 8, 16])),
+                              shape(("context", [1, 4, 8, 16])), [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("nan_guard", [False, True])
+def test_attention_matmuls_are_found_behind_sdpas_nan_guard(nan_guard):
+    from quant.presets import attention_matmuls
+
+    assert attention_matmuls(_attention_graph(nan_guard)) == ["context_matmul", "scores_matmul"]
+
+
+def test_auto_preset_is_the_preset_of_the_model_family(tmp_path):
+    from onnx import TensorProto, helper
+
+    from quant.presets import resolve_preset
+
+    decoder = _attention_graph(False)
+    decoder.graph.input.append(helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, [1, 2, "past_seq", 16]))
+    conv = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], [0.1] * 108)]))
+    assert [resolve_preset("auto", m).name for m in (decoder, conv, _attention_graph(False))] == ["decoder", "cnn", "trt-fusion"]
+    assert resolve_preset("gemm-only", conv).name == "gemm-only"
+    with pytest.raises(InputError, match="--preset 'fast': use one of auto, trt-fusion, modelopt, gemm-only, cnn, decoder"):
+        resolve_preset("fast", conv)

@@ -43,6 +43,7 @@ class Verbosity(str, Enum):
 
 
 class PresetName(str, Enum):
+    auto = "auto"
     trt_fusion = "trt-fusion"
     modelopt = "modelopt"
     gemm_only = "gemm-only"
@@ -71,7 +72,7 @@ def build(
     int4: Annotated[bool, typer.Option("--int4", help="Produce model.int4.onnx (ModelOpt weight-only INT4 for MatMul/Gemm weights).")] = False,
     bf16: Annotated[bool, typer.Option("--bf16", help="Produce model.bf16.onnx (ModelOpt AutoCast to BF16).")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
-    preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile; auto: the preset of the model's family, trt-fusion, decoder or cnn].")] = None,
     min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help="Accuracy gate vs FP32 (cosine_centered) [default: 0.999 FP16, 0.99 INT8/FP8/BF16, 0.98 INT4].")] = None,
     min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help="A decoder's gate: share of greedy tokens equal to torch's [default: 0.5 FP16, 0 INT8 (recorded only); docs/decoders.md].")] = None,
     verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
@@ -298,7 +299,7 @@ def quantize(
     bf16: Annotated[bool, typer.Option("--bf16", help="BF16 (AutoCast).")] = False,
     calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile for synthetic calibration data (when no --calib), the held-out accuracy samples (--fp8, --int4) and, with --fp16/--bf16, the input shapes the result must run at [default: zeros with dynamic dims at 1 and 3].")] = None,
-    preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile, trt-fusion].")] = None,
+    preset: Annotated[Optional[PresetName], typer.Option(help="INT8/FP8 Q/DQ placement [default: from the profile; auto: the preset of the model's family, trt-fusion, decoder or cnn].")] = None,
 ) -> None:
     from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx

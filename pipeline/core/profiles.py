@@ -168,8 +168,8 @@ class OptimizeSection(_Section):
 class QuantSection(_Section):
     """Settings of the fp16, int8, fp8, int4 and bf16 stages."""
 
-    preset: Literal["trt-fusion", "modelopt", "gemm-only", "cnn", "decoder"] = Field(
-        default="trt-fusion", description="Q/DQ placement of the int8 and fp8 stages (quant/presets.py)"
+    preset: Literal["auto", "trt-fusion", "modelopt", "gemm-only", "cnn", "decoder"] = Field(
+        default="auto", description="Q/DQ placement of the int8 and fp8 stages (quant/presets.py); auto: the model family's preset"
     )
     samples: int = Field(default=16, ge=1, le=4096, description="synthetic calibration samples (no --calib)")
     calibration_method: Literal["entropy", "max"] = "entropy"

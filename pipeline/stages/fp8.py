@@ -47,7 +47,7 @@ def run_fp8(job: Job) -> StageResult:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "fp8.log", on_step=step)
     write_json(job.out / "fp8.lint.json", findings_json(result.findings))
     return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"},
-                       {**ptq.metrics(result, origin), "preset": s.profile.quant.preset})
+                       ptq.metrics(result, origin))
 
 
 FP8 = Stage(
