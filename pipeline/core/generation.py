@@ -55,16 +55,17 @@ def prompts(profile: Profile) -> np.ndarray:
     return np.random.default_rng(PROMPT_SEED).integers(int(spec.range[0]), int(spec.range[1]), (batch, length), dtype=np.int64)
 
 
-def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None) -> Generation:
-    """Greedy decoding of the profile's new_tokens from `prompts(profile)` through `run`."""
-    ids = prompts(profile)
+def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: np.ndarray | None = None,
+           new_tokens: int | None = None) -> Generation:
+    """Greedy decoding of `new_tokens` (default: the profile's) from `ids` (default: `prompts(profile)`) through `run`."""
+    ids = prompts(profile) if ids is None else ids
     specs = {s.name: s for s in profile.inputs}
     past_names = [s.name for s in profile.inputs if PAST_INPUT.fullmatch(s.name)]
     batch, length = ids.shape
     past = {name: np.zeros((batch, specs[name].shape[1], 0, specs[name].shape[3]), np.float32) for name in past_names}
     tokens, scores = [], []
     new, seen = ids, 0  # tokens to feed, tokens already in the cache
-    for _ in range(profile.export.new_tokens):
+    for _ in range(profile.export.new_tokens if new_tokens is None else new_tokens):
         total = seen + new.shape[1]
         feeds = {"input_ids": new.astype(specs["input_ids"].dtype)}
         if "attention_mask" in specs:

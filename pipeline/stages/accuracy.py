@@ -30,15 +30,15 @@ def held_out(profile: Profile) -> list[dict]:
 
 
 @contextmanager
-def fp32_reference(job: Job, batches: list[dict]) -> Iterator[BackgroundOutputs]:
+def fp32_reference(job: Job, batches: list[dict], kind: str = "held-out") -> Iterator[BackgroundOutputs]:
     """The optimized FP32 model's outputs on the held-out samples, started on a worker thread so
     they are computed while the stage converts (AutoCast, ModelOpt's calibration). Computed once per
-    build: the fp16 and int8 stages share them, keyed by the FP32 model's sha256. A stage that
-    fails or is interrupted stops the run."""
+    build: the fp16 and int8 stages share them, keyed by the FP32 model's sha256 and the `kind` of
+    samples. A stage that fails or is interrupted stops the run."""
     from quant.accuracy import BackgroundOutputs
 
     source = job.input("optimize", "onnx")
-    key = ("fp32 outputs", job.input_sha256("optimize", "onnx"), len(batches))
+    key = ("fp32 outputs", job.input_sha256("optimize", "onnx"), len(batches), kind)
     if key not in job.cache:
         job.cache[key] = BackgroundOutputs(source, batches)
     reference = job.cache[key]

@@ -33,16 +33,31 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """Q/DQ `source` into `target` with the profile's quant settings; returns the result and where the calibration data came from."""
     from pipeline.core.quiet import captured
-    from quant.calibration import calibration_data
+    from quant.calibration import calibration_data, decoder_calibration, takes_kv_cache
     from quant.int8 import quantize_int8
 
     q = profile.quant
-    calibration, origin = calibration_data(profile, calib, source)
+    if calib is None and takes_kv_cache(source) and "past_seq" in profile.dims:
+        calibration, origin = decoder_calibration(profile, source, q.samples)
+    else:
+        calibration, origin = calibration_data(profile, calib, source)
     max_sequence = max((d.max for name, d in profile.dims.items() if name in SEQUENCE_DIMS), default=None)
     with captured(log):
         result = quantize_int8(source, target, calibration, calibration_batch(profile, source), q.preset, q.int8_float_dtype,
                                q.calibration_method, max_sequence, on_step=on_step)
     return result, origin
+
+
+def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
+    """The held-out samples and their kind. A decoder with its cache is checked as it is calibrated, on
+    prefill and decode steps over the caches the FP32 model writes: on random caches an INT8 decoder
+    calibrated on real ones is far off, and one calibrated on random ones is right only there."""
+    from pipeline.stages import seeds
+    from quant.calibration import decoder_calibration, takes_kv_cache
+
+    if takes_kv_cache(source) and "past_seq" in profile.dims:
+        return decoder_calibration(profile, source, profile.quant.accuracy_samples, seed=seeds.HELD_OUT_SEED)[0], "decoder steps"
+    return held_out(profile), "held-out"
 
 
 def run_int8(job: Job) -> StageResult:
@@ -57,8 +72,8 @@ def run_int8(job: Job) -> StageResult:
         filled = round(24 * done / total)
         job.status(f"calibrating ({q.preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
 
-    batches = held_out(s.profile)
-    with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
+    batches, kind = held_out_int8(s.profile, source)
+    with fp32_reference(job, batches, kind) as reference, atomic_path(target) as tmp:
         result, origin = quantize(s.profile, s.calib, source, tmp, job.out / "int8.log", on_step=step)
         lint = findings_json(result.findings)
         figures = accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
