@@ -312,6 +312,16 @@ def test_quantize_int8_says_when_modelopt_quantized_nothing(tmp_path):
     assert "0 Q/DQ pairs" in result.stdout and "note: nothing was quantized" in result.stdout and "calibration batch (here 1" in result.stdout
 
 
+
+def test_quantize_prints_paths_and_origins_as_written(tmp_path):
+    """Square brackets in a path or in the calibration's origin ("[quant] samples") are text, not rich markup."""
+    _mlp(tmp_path / "mlp.onnx", ["batch", 32])
+    (tmp_path / "mlp.toml").write_text('name = "mlp"\n[model]\nonnx = "mlp.onnx"\n[dims.batch]\nmin = 1\nopt = 4\nmax = 8\n'
+                                       '[[inputs]]\nname = "X"\ndtype = "float32"\nshape = ["batch", 32]\n')
+    result = run_cli("quantize", "mlp.onnx", "-o", "q[red].onnx", "--int8", "--profile", "mlp.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "wrote q[red].onnx: INT8" in result.stdout and "([quant] samples)" in result.stdout, result.stdout
+
 def _attention_graph(nan_guard: bool):
     """Q x K^T -> Softmax -> [Where(IsNaN(p), 0, p), as torch's SDPA exports it] -> x V."""
     from onnx import TensorProto, helper

@@ -224,6 +224,7 @@ def export(
         f"wrote {output}: {result.nodes} nodes, {result.exporter} exporter, opset {result.opset}, "
         f"max_abs_diff vs torch {result.max_abs_diff:.2e}",
         highlight=False,
+        markup=False,
     )
 
 
@@ -264,7 +265,7 @@ def optimize(
         result = optimize_file(source, output, names(rules), names(skip_rules))
     out = stdout_console()
     delta = ", ".join(f"{op} {d:+d}" for op, d in result.op_delta.items()) or "no change"
-    out.print(f"wrote {output}: {result.nodes_before} -> {result.nodes_after} nodes ({delta})", highlight=False)
+    out.print(f"wrote {output}: {result.nodes_before} -> {result.nodes_after} nodes ({delta})", highlight=False, markup=False)
     if stats:
         from rich.table import Table
 
@@ -275,7 +276,7 @@ def optimize(
             why = "; ".join(f"{reason} ({count})" for reason, count in r["why_not"].items())
             table.add_row(r["rule"], r["priority"], str(r["tried"]), str(r["applied"]), str(r["nodes_added"]), str(r["nodes_removed"]), f"{r['seconds'] * 1000:.1f}", why)
         out.print(table)
-        out.print(f"checked before writing: {', '.join(result.checks) or 'nothing the input passes'}", highlight=False)
+        out.print(f"checked before writing: {', '.join(result.checks) or 'nothing the input passes'}", highlight=False, markup=False)
 
 @app.command(
     help=(
@@ -356,7 +357,7 @@ def _autocast(precision: str, source: Path, output: Path, profile: Optional[str]
     else:
         checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
     stdout_console().print(f"wrote {output}: {result.nodes} nodes, {precision.upper()} (AutoCast, providers {result.providers}); {checked}",
-                           highlight=False)
+                           highlight=False, markup=False)
 
 
 def _post_training(source: Path, output: Path, precision: str, calib: Optional[Path], profile: Optional[str], preset: Optional["PresetName"]) -> None:
@@ -378,7 +379,7 @@ def _post_training(source: Path, output: Path, precision: str, calib: Optional[P
     figures = result.accuracy
     stdout_console().print(f"wrote {output}: {precision.upper()} ({result.method}), opset {result.opset}, {result.qdq['quantize']} Q / "
                            f"{result.qdq['dequantize']} DQ, cosine_centered={figures['cosine_centered']:.5f} (gate {result.min_cosine}), "
-                           f"calibration: {origin}; lint-qdq: {len(result.findings)} findings", highlight=False)
+                           f"calibration: {origin}; lint-qdq: {len(result.findings)} findings", highlight=False, markup=False)
 
 
 def _int8(source: Path, output: Path, fp16: bool, calib: Optional[Path], profile: Optional[str], preset: Optional["PresetName"]) -> None:
@@ -406,7 +407,7 @@ def _int8(source: Path, output: Path, fp16: bool, calib: Optional[Path], profile
         result, origin = quantize_int8(settings.profile, settings.calib, source, output,
                                        on_step=lambda done, total: progress.update(task, completed=done, total=total))
     stdout_console().print(f"wrote {output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
-                           f"lint-qdq: {len(result.findings)} findings", highlight=False)
+                           f"lint-qdq: {len(result.findings)} findings", highlight=False, markup=False)
     if result.qdq_pairs == 0:
         stdout_console().print(f"note: nothing was quantized. ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration "
                                f"batch (here {calibration_batch(settings.profile, source)}: a 2-D input's batch is M) or its K or N is under 16, "

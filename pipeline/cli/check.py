@@ -410,8 +410,8 @@ def bench(
     out = stdout_console()
     for label, row in result["models"].items():
         out.print(f"{label:>6}: p50 {row['p50_ms']:.3f} ms, p90 {row['p90_ms']:.3f}, p99 {row['p99_ms']:.3f}, mean {row['mean_ms']:.3f}, "
-                  f"{row['throughput_per_s']:.1f}/s", highlight=False)
-    out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False)
+                  f"{row['throughput_per_s']:.1f}/s", highlight=False, markup=False)
+    out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False, markup=False)
 
 def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
     """One model, or a build folder's FP32 / FP16 / INT8 models for this backend."""
