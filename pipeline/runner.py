@@ -294,10 +294,14 @@ class Runner:
     def _print_line(self, stage: Stage | None, record: StageRecord) -> None:
         colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow"}[record.status]
         status = f"[{colour}]{record.status}[/]{' ' * (len('interrupted') - len(record.status))}"  # padded as seen, not as marked up
-        detail = stage.key_metric(record.metrics) if stage and record.status in ("done", "cached") else split_next_step(record.reason)[0]
-        earlier = " (earlier run)" if record.run != self.run_id else ""
-        self.console.print(f"{record.name:<9} {status} {record.seconds:7.2f}s  {escape(printable(detail))}{earlier}", highlight=False, soft_wrap=True)
-        if record.status == "done" and record.reason.startswith("rerun: "):
+        if record.status in ("done", "cached"):  # its figures; a stage outside this run's plan has no key metric to read them
+            detail = stage.key_metric(record.metrics) if stage else ""
+        else:
+            detail = split_next_step(record.reason)[0]
+        earlier = record.run != self.run_id
+        text = " ".join(part for part in (escape(printable(detail)), "(earlier run)" if earlier else "") if part)
+        self.console.print(f"{record.name:<9} {status} {record.seconds:7.2f}s  {text}", highlight=False, soft_wrap=True)
+        if record.status == "done" and record.reason.startswith("rerun: ") and not earlier:
             self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False, soft_wrap=True)
 
     def print_summary(self) -> None:

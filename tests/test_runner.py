@@ -214,3 +214,17 @@ def test_a_changed_table_setting_names_the_keys_that_changed():
     many = {f"k{i}": i for i in range(5)}
     assert describe_change("t", many, {key: -1 for key in many}) == "t.k0 (0 -> -1), t.k1 (1 -> -1), t.k2 (2 -> -1) and 2 more"
     assert describe_change("quant.preset", "trt-fusion", "x" * 90) == "quant.preset"
+
+
+def test_an_earlier_runs_stage_outside_this_plan_shows_no_reason_as_its_figures(tmp_path):
+    """A done record from an earlier run, of a stage this run does not plan: its line says done and
+    (earlier run), never its old rerun reason in place of figures nobody can read here."""
+    export, fp16 = CountingStage("export"), CountingStage("fp16")
+    make_runner(tmp_path, export, fp16).run([export.stage(), fp16.stage()])
+    fp16.setting = 2
+    make_runner(tmp_path, export, fp16).run([export.stage(), fp16.stage()])
+    (tmp_path / "console.txt").write_text("")
+    make_runner(tmp_path, export, fp16).run([export.stage()])
+    lines = [line for line in (tmp_path / "console.txt").read_text().splitlines() if line]
+    assert lines[0].startswith("export    cached") and "runs=1" in lines[0]
+    assert lines[1].startswith("fp16      done") and lines[1].endswith("s  (earlier run)") and len(lines) == 2, lines
