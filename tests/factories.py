@@ -18,6 +18,14 @@ def tiny_mlp():
     return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
 
 
+def scaled_tiny_mlp(scale: float = 1e6):
+    """tiny_mlp with outputs near `scale`: float32 rounding differences grow with them."""
+    model = tiny_mlp()
+    with torch.no_grad():
+        model[2].weight.mul_(scale)
+        model[2].bias.mul_(scale)
+    return model
+
 def tiny_mlp_with_examples():
     """Returns (module, example_inputs): the factory form with its own example inputs."""
     return tiny_mlp(), (torch.randn(3, 8),)

@@ -75,6 +75,17 @@ def test_unsupported_operator_names_op_and_module(tmp_path, exporter):
     assert [p.name for p in tmp_path.iterdir()] == ["p.toml"], "no temporary file may be left behind"
 
 
+def test_the_export_tolerance_is_relative_to_outputs_above_one(tmp_path):
+    """Outputs near 1e6 carry float32 rounding near 0.1: an absolute 1e-4 would fail every such export.
+    Above 1 the tolerance scales with the output's largest magnitude, and a failure says so."""
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:scaled_tiny_mlp")
+    profile = load_profile(str(write_profile(tmp_path, text)))
+    result = export_model(profile, tmp_path / "m.onnx")
+    assert profile.export.tolerance < result.max_abs_diff < profile.export.tolerance * 1e6
+    strict = load_profile(str(write_profile(tmp_path, text + "[export]\ntolerance = 1e-12\n", "strict.toml")))
+    with pytest.raises(StageFailed, match=r"> tolerance 1e-12 x \S+, the output's largest magnitude \(dynamo exporter"):
+        export_model(strict, tmp_path / "strict.onnx")
+
 def test_tolerance_failure_reports_the_numbers(tmp_path):
     """The dynamo export of GELU differs from torch by ~1e-7: a 1e-12 tolerance must fail, with figures."""
     profile = load_profile(str(write_profile(tmp_path, TINY_MLP_PROFILE + "[export]\ntolerance = 1e-12\n")))

@@ -266,3 +266,26 @@ def test_init_from_a_model_type_and_its_errors(tmp_path):
     with pytest.raises(InputError, match="transformers has no image-classification model for model_type 'bert'; choose another --task"):
         starter_profile("bert", "image-classification", "x", tmp_path)
 
+
+
+def test_a_random_weight_cnn_gets_the_batch_norm_statistics_of_its_own_activations(tmp_path):
+    """MobileNetV2 from a config keeps BatchNorm at mean 0 / variance 1 and its init shrinks the signal
+    layer after layer: outputs near 1e-21, under FP16's smallest value (its FP16 check read cosine 0).
+    The model built from hf_config has its BatchNorm statistics settled on its own activations."""
+    import transformers
+
+    from pipeline.models.hf import load_hf_model
+
+    profile = load_profile(str(write_profile(tmp_path, 'name = "mnv2"\n[model]\nseed = 0\n[model.hf_config]\nmodel_type = "mobilenet_v2"\n'
+                                             'image_size = 64\n[dims.batch]\nmin = 1\nopt = 2\nmax = 4\n[[inputs]]\nname = "pixel_values"\n'
+                                             'dtype = "float32"\nshape = ["batch", 3, 64, 64]\n')))
+    images = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    fresh = transformers.AutoModel.from_config(transformers.AutoConfig.for_model("mobilenet_v2", image_size=64)).eval()
+    torch.manual_seed(0)
+    settled = load_hf_model(profile)
+    with torch.no_grad():
+        assert float(fresh(pixel_values=images).last_hidden_state.abs().max()) < 1e-10
+        assert float(settled(pixel_values=images).last_hidden_state.abs().max()) > 0.1
+    norms = [m for m in settled.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and not any(m.training for m in norms) and not torch.allclose(norms[-1].running_var, torch.ones_like(norms[-1].running_var))

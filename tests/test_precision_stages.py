@@ -162,3 +162,14 @@ def test_the_build_stage_builds_fp8_only_from_compute_capability_8_9(vit, tmp_pa
     if not fp8_built:
         assert record.metrics["fp8"] == {"skipped": "FP8 engines need a GPU of compute capability 8.9+ (Ada, Hopper, Blackwell); this GPU is 8.6",
                                          "requires_compute_capability": "8.9"}
+
+
+def test_an_fp16_gate_failure_says_how_to_find_the_nodes_that_lose_accuracy():
+    from pipeline.core.errors import StageFailed
+    from pipeline.stages.accuracy import gate
+
+    figures = {"cosine_centered": 0.998, "cosine": 0.998, "max_abs_diff": 0.3, "samples": 16}
+    with pytest.raises(StageFailed, match=r"fp16_exclude_nodes or fp16_exclude_op_types.*quantize model.opt.onnx -o fp16.onnx --fp16 .*compare"):
+        gate("fp16", figures, 0.999)
+    with pytest.raises(StageFailed, match="try another preset or more calibration data, or lower --min-cosine"):
+        gate("int8", figures, 0.999)

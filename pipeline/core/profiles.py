@@ -150,7 +150,7 @@ class ModelSection(_Section):
 class ExportSection(_Section):
     exporter: Literal["dynamo", "torchscript"] = "dynamo"
     opset: int = Field(default=20, ge=17, le=22)
-    tolerance: float = Field(default=1e-4, gt=0, description="max |torch - onnxruntime| allowed")
+    tolerance: float = Field(default=1e-4, gt=0, description="max |torch - onnxruntime| allowed, times the output's largest magnitude where above 1")
     cache: Literal["with-past", "none"] | None = Field(
         default=None, description="a decoder's KV cache: with-past (inputs past_key_values.*, outputs present.*) or none "
                                   "(use_cache=False) [default: with-past for a model that returns a cache]")

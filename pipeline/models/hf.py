@@ -61,6 +61,7 @@ def load_hf_model(profile: Profile) -> Any:
         try:
             check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
+            settle_batch_norm(model, profile)
         except ValueError as err:
             raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
         except (IndexError, KeyError, TypeError, AttributeError, AssertionError) as err:  # fields the config accepted but the model cannot use together
@@ -83,6 +84,35 @@ def load_hf_model(profile: Profile) -> Any:
             raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
                                "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
     return model.eval()
+
+
+BATCH_NORM_BATCHES = 4
+
+
+def settle_batch_norm(model: Any, profile: Profile) -> int:
+    """Give a random-weight model's BatchNorm layers the running statistics of its own activations
+    (BATCH_NORM_BATCHES forward passes of random inputs at the profile's opt shapes, statistics
+    averaged), as training leaves them. Fresh from a config they are mean 0 / variance 1, so a net
+    whose init does not keep the scale shrinks the signal layer after layer: a MobileNetV2's outputs
+    came out near 1e-21, under FP16's smallest value, and its FP16 check read cosine 0. Returns the
+    number of BatchNorm layers settled (0: the model is left as it is)."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not layers:
+        return 0
+    for layer in layers:
+        layer.reset_running_stats()
+        layer.momentum = None  # a cumulative average over the batches
+        layer.train()
+    with torch.no_grad():
+        for i in range(BATCH_NORM_BATCHES):
+            model(**{name: torch.from_numpy(array) for name, array in make_inputs(profile, seed=profile.model.seed + i).items()})
+    for layer in layers:
+        layer.eval()
+    return len(layers)
 
 
 def _check_folder_fits(transformers: Any, auto: Any, folder: Path, where: str) -> None:

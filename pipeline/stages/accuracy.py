@@ -78,5 +78,14 @@ def gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
         raise StageFailed(
             f"{stage}: accuracy below the gate: cosine_centered={metrics['cosine_centered']:.5f} < {minimum} "
             f"(cosine={metrics['cosine']:.6f}, max_abs_diff={metrics['max_abs_diff']:.3g} vs FP32 on {metrics['samples']} held-out samples); "
-            "exclude sensitive nodes, try another preset or more calibration data, or lower --min-cosine"
+            f"{GATE_HINTS.get(stage, 'exclude sensitive nodes, try another preset or more calibration data')}, or lower --min-cosine"
         )
+
+
+# what to try when FP16's accuracy is below its gate: `compare` on the FP16 model (written by `quantize`
+# with the same flags) names the nodes where the error grows
+GATE_HINTS = {
+    "fp16": ("keep the nodes that lose it in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types): `python -m pipeline "
+             "quantize model.opt.onnx -o fp16.onnx --fp16 --profile P`, then `python -m pipeline compare model.opt.onnx fp16.onnx "
+             "--profile P` lists them"),
+}
