@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.core.errors import StageFailed
+from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.fileio import atomic_path
 
 if TYPE_CHECKING:
@@ -175,7 +175,12 @@ def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -
     Returns the session (it holds the model in onnxruntime: loading it again costs a second) and the shapes run."""
     from pipeline.core.verify import OnnxSession
 
-    session = OnnxSession(path)
+    try:
+        session = OnnxSession(path)
+    except InputError as err:  # the file is ours (AutoCast's output), not the user's input: a failed stage
+        reason = str(err).removeprefix(f"{path}: onnxruntime cannot load it: ").replace(str(path), "the converted model").rstrip(".")
+        raise StageFailed(f"{stage}: ModelOpt AutoCast wrote a model onnxruntime cannot load ({reason}); keep the node named there "
+                          "in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types) or report it with the model") from err
     checked = []
     for feeds in feed_sets:
         shapes = {name: list(a.shape) for name, a in feeds.items()}

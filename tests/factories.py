@@ -160,3 +160,8 @@ class _RejectsLargeInputs(nn.Module):
 
 def rejects_large_inputs():
     return _RejectsLargeInputs()
+
+
+def tiny_transformer_encoder():
+    """torch's own encoder layer: its dynamo export computes the attention scale with CastLike."""
+    return nn.TransformerEncoder(nn.TransformerEncoderLayer(32, nhead=2, dim_feedforward=64, batch_first=True), 1, enable_nested_tensor=False).eval()

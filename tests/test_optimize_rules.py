@@ -170,6 +170,19 @@ def test_cast_to_another_type_stays(tmp_path):
     assert stats_of(result, "remove-same-type-cast")["why_not"] == {"casts to another type": 2}
 
 
+def test_castlike_becomes_a_cast_to_the_type_it_names(tmp_path):
+    """CastLike(x, like) -> Cast(x, to=dtype(like)); to x's own type it then disappears as a no-op."""
+    H = TensorProto.FLOAT16
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("CastLike", ["h", "half"], ["c"], name="to_half"),
+             helper.make_node("CastLike", ["c", "x"], ["back"], name="to_float"), helper.make_node("CastLike", ["back", "x"], ["y"], name="same")]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 3]), helper.make_tensor_value_info("half", H, [1])],
+                      [helper.make_tensor_value_info("y", F, [2, 3])])
+    model, ops, diff, result = optimize_and_compare(tmp_path, path, {"x": rand(2, 3), "half": np.zeros(1, np.float16)})
+    assert ops == ["Relu", "Cast", "Cast"] and diff == 0.0
+    assert [a.i for n in model.graph.node if n.op_type == "Cast" for a in n.attribute] == [H, F]
+    assert [n.name for n in model.graph.node if n.op_type == "Cast"] == ["to_half", "to_float"]
+    assert stats_of(result, "castlike-to-cast")["applied"] == 3 and stats_of(result, "remove-same-type-cast")["applied"] == 1
+
 def test_same_shape_reshape_is_removed(tmp_path):
     nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Reshape", ["h", "shape"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
     path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 6])], [helper.make_tensor_value_info("y", F, [2, 6])],

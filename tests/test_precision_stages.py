@@ -173,3 +173,34 @@ def test_an_fp16_gate_failure_says_how_to_find_the_nodes_that_lose_accuracy():
         gate("fp16", figures, 0.999)
     with pytest.raises(StageFailed, match="try another preset or more calibration data, or lower --min-cosine"):
         gate("int8", figures, 0.999)
+
+
+def test_fp16_of_a_torch_transformer_encoder_exported_by_dynamo(tmp_path):
+    """Its CastLike (the SDPA scale) made AutoCast write a model onnxruntime refused; optimize turns it into a Cast."""
+    from conftest import run_cli
+
+    (tmp_path / "enc.toml").write_text('name = "enc"\n[model]\nfactory = "factories:tiny_transformer_encoder"\n[dims.batch]\nmin = 1\nopt = 2\n'
+                                       'max = 4\n[dims.seq]\nmin = 1\nopt = 8\nmax = 16\n[[inputs]]\nname = "src"\ndtype = "float32"\n'
+                                       'shape = ["batch", "seq", 32]\n')
+    result = run_cli("build", "--profile", "enc.toml", "--fp16", "--until", "fp16", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    stages = {s["name"]: s for s in json.loads((tmp_path / "artifacts" / "enc" / "manifest.json").read_text())["stages"]}
+    assert any(r["rule"] == "castlike-to-cast" and r["applied"] for r in stages["optimize"]["metrics"]["rules"])
+    assert stages["fp16"]["status"] == "done"
+
+
+def test_a_converted_model_onnxruntime_cannot_load_is_a_failed_stage_not_bad_input(tmp_path):
+    """AutoCast's output is our file: its load failure is exit 1 naming the stage, not the temporary path."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from pipeline.core.errors import StageFailed
+    from quant.fp16 import check_runs
+
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    path = tmp_path / ".model.fp16.onnx.abc123.tmp"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))
+    with pytest.raises(StageFailed, match=r"^fp16: ModelOpt AutoCast wrote a model onnxruntime cannot load \(.*NoSuchOp.*\); keep the node") as info:
+        check_runs(path, [{"x": np.zeros(2, np.float32)}], "fp16")
+    assert str(path) not in str(info.value)
