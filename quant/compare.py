@@ -59,26 +59,19 @@ def _expose_all(path: Path, target: Path) -> list[str]:
 
 def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, list[np.ndarray]]:
     """Every float tensor the model computes (and its outputs), per feed set, as float64, by name."""
-    import onnxruntime as ort
+    from pipeline.core.verify import OnnxSession
 
     exposed = workdir / f"{path.stem}.all.onnx"
     _expose_all(path, exposed)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(str(exposed), options, providers=["CPUExecutionProvider"])
-    except Exception as err:  # onnxruntime raises its own untyped errors
-        raise InputError(f"{path}: onnxruntime cannot load it: {first_line(err)}") from err
-    names = [o.name for o in session.get_outputs()]
-    wanted = {i.name for i in session.get_inputs()}
+    session = OnnxSession(exposed, as_written=True, shown_as=path)
+    names, wanted = session.outputs, set(session.inputs)
     missing = sorted(wanted - feed_sets[0].keys())
     if missing:
         raise InputError(f"{path}: model input {missing[0]!r} has no data (given: {', '.join(sorted(feed_sets[0]))}); both models must take the inputs given")
     values: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for feeds in feed_sets:
         try:
-            results = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
+            results = session.session.run(None, {k: v for k, v in feeds.items() if k in wanted})
         except Exception as err:  # shapes or dtypes the model does not accept
             raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({first_line(err)}); give inputs of its shapes and dtypes") from err
         for name, value in zip(names, results, strict=True):

@@ -141,9 +141,9 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
     """Run the model on `feeds` (one sample, by its input names) with every node result exposed
     (only the nodes whose name, op or module matches the regex `nodes`, when given)."""
     import onnx
-    import onnxruntime as ort
 
     from pipeline.core.onnxfile import load_onnx
+    from pipeline.core.verify import OnnxSession
 
     model = inline_functions_proto(load_onnx(path, weights=True))
     inferred = _concrete(model, feeds)
@@ -179,17 +179,10 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
             model.graph.output.append(onnx.helper.make_value_info(tensor, types[tensor]))
     exposed_file = workdir / f"{len(list(workdir.iterdir()))}.{path.stem}.trace.onnx"
     onnx.save(model, str(exposed_file), save_as_external_data=model.ByteSize() > 1_800_000_000, location=exposed_file.name + ".data")
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    session = OnnxSession(exposed_file, as_written=True, shown_as=path)
+    wanted, names = session.inputs, session.outputs
     try:
-        session = ort.InferenceSession(str(exposed_file), options, providers=["CPUExecutionProvider"])
-    except Exception as err:  # onnxruntime raises its own untyped errors
-        raise InputError(f"{path}: onnxruntime cannot load it: {first_line(err)}") from err
-    wanted = [i.name for i in session.get_inputs()]
-    names = [o.name for o in session.get_outputs()]
-    try:
-        results = session.run(None, {name: feeds[name] for name in wanted})
+        results = session.session.run(None, {name: feeds[name] for name in wanted})
     except Exception as err:  # shapes or dtypes the model does not accept
         raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({first_line(err)}); give inputs of its shapes and dtypes") from err
     values = dict(zip(names, results, strict=True))

@@ -27,9 +27,10 @@ class OnnxSession:
     """One onnxruntime CPU session for an ONNX file; `run` feeds only the inputs the model declares.
     `as_written` turns onnxruntime's graph optimizations off (module docstring); `threads` caps its
     compute threads (0: onnxruntime's default, one per core), and a capped session does not spin
-    waiting for work, so it leaves the other cores to whatever runs beside it."""
+    waiting for work, so it leaves the other cores to whatever runs beside it. Errors name `shown_as`
+    where the file is a working copy of it (one with every tensor exposed)."""
 
-    def __init__(self, path: Path, as_written: bool = False, threads: int = 0):
+    def __init__(self, path: Path, as_written: bool = False, threads: int = 0, shown_as: Path | None = None):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -39,11 +40,11 @@ class OnnxSession:
         if threads:
             options.intra_op_num_threads = threads
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.path = Path(path)
+        self.path = Path(shown_as or path)
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # onnxruntime raises its own untyped errors
-            raise InputError(f"{path}: onnxruntime cannot load it: {first_line(err)}") from err
+            raise InputError(f"{self.path}: onnxruntime cannot load it: {first_line(err).replace(str(path), str(self.path))}") from err
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
 
