@@ -134,9 +134,10 @@ def test_hf_input_names_must_be_forward_arguments(tmp_path):
 
 
 def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path, monkeypatch):
-    """The crash of issue 9: dynamic batch, sequence 64. AutoCast's raw output fails at run time;
-    the stage's output runs at the profile's min, opt and max batch; without the repair the run
-    check stops the conversion with one line and writes nothing."""
+    """The crash of issue 9: dynamic batch, sequence 64. The stage's output runs at the profile's min,
+    opt and max batch. AutoCast's raw output fails at run time on the graph optimized with its CastLikes
+    kept (castlike-to-cast skipped: the stage's graph no longer triggers it); without the repair the run
+    check stops that conversion with one line and writes nothing."""
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     from pipeline.core.errors import StageFailed
@@ -152,13 +153,17 @@ def test_fp16_of_hf_bert_with_static_sequence_runs_at_every_batch(tmp_path, monk
     assert [s["input_ids"] for s in fp16["runs_at_shapes"]] == [[1, 64], [2, 64], [8, 64]]
     feeds = {"input_ids": np.zeros((3, 64), np.int64), "attention_mask": np.ones((3, 64), np.int64)}
     assert run_onnx(tmp_path / "out" / "model.fp16.onnx", feeds)[0].shape == (3, 64, 32)
-    raw = convert_to_mixed_precision(onnx_path=str(tmp_path / "out" / "model.opt.onnx"), low_precision_type="fp16", keep_io_types=True, providers=["cpu"])
+    from pipeline.optimize import optimize_file
+
+    with_castlikes = tmp_path / "castlikes.opt.onnx"
+    optimize_file(tmp_path / "out" / "model.onnx", with_castlikes, skip=["castlike-to-cast"])
+    raw = convert_to_mixed_precision(onnx_path=str(with_castlikes), low_precision_type="fp16", keep_io_types=True, providers=["cpu"])
     onnx.save(raw, tmp_path / "raw.fp16.onnx")
     with pytest.raises(StageFailed, match="Shape mismatch attempting to re-use buffer"):
         run_onnx(tmp_path / "raw.fp16.onnx", feeds)
     monkeypatch.setattr(fp16_module, "repair_placeholder_dims", lambda model, source: 0)
     with pytest.raises(StageFailed) as info:
-        fp16_module.convert_fp16(tmp_path / "out" / "model.opt.onnx", tmp_path / "unrepaired.onnx", [], [], [feeds])
+        fp16_module.convert_fp16(with_castlikes, tmp_path / "unrepaired.onnx", [], [], [feeds])
     assert str(info.value).startswith("fp16: the converted model does not run at input shapes {'input_ids': [3, 64], 'attention_mask': [3, 64]}")
     assert "node 'node_" in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "unrepaired.onnx").exists()
