@@ -22,12 +22,15 @@
   reads a quantized skip input, so it fuses into the Conv of the other input (where both
   inputs are Conv outputs, exactly one is quantized); the inputs of a Concat share one scale,
   so TensorRT can drop the Concat instead of requantizing.
-- `decoder`: the transformer rules, plus the parts of a decoder that stay in higher precision:
-  the lm_head GEMM (its logits feed sampling), norms and Softmax, the KV cache inputs and
-  outputs (`past_key_values.*` / `present.*`), and the attention MatMuls, which read the whole
-  cache: one per-tensor scale for keys and values calibrated on some caches rounds another
-  cache's values to zero (a GPT-2/Llama/OLMo-2 with past then agreed with FP32 on 0-6% of
-  greedy tokens; TensorRT-LLM likewise keeps attention in FP16 unless the KV cache is FP8).
+- `decoder`: only the inputs of the weight GEMMs (MatMul/Gemm), as TensorRT-LLM's INT8 and FP8
+  GEMMs do, and in higher precision the parts of a decoder that lose tokens when quantized: the
+  lm_head GEMM (its logits feed sampling), norms (also RMSNorm written out as Pow/ReduceMean/
+  Sqrt/Reciprocal/Mul: its per-row factor spans orders of magnitude) and Softmax, the KV cache
+  inputs and outputs (`past_key_values.*` / `present.*`), and the attention MatMuls, which read
+  the whole cache: one per-tensor scale for keys and values calibrated on some caches rounds
+  another cache's values to zero (TensorRT-LLM likewise keeps attention in FP16 unless the KV
+  cache is FP8). On the corpus' with-past Llama, Qwen2 and Phi-3 greedy tokens then agree with
+  FP32 on 100% (the transformer rules with every Mul/Add input quantized: 59-91%).
 - `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`).
 
 Each preset names the model family it is written for (`FAMILIES`); the lint reads the same
@@ -65,13 +68,13 @@ class PlacementRules:
     float_region_ops: tuple[str, ...]  # run in float inside a fused region: no Q/DQ on their input
     residual_skip: bool  # quantize the skip input of a residual Add (moved onto an existing Q/DQ of that tensor)
     share_concat_scales: bool  # the quantized inputs of a Concat get one scale (the largest)
-    keep_float: tuple[str, ...] = ()  # decoder parts left in higher precision: "lm_head", "kv_cache", "attention"
+    keep_float: tuple[str, ...] = ()  # decoder parts left in higher precision: "lm_head", "kv_cache", "attention", "rms_norm"
 
 
 TRANSFORMER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False)
 CNN_RULES = PlacementRules(("Add", *EPILOGUE_OPS), FLOAT_REGION_OPS, residual_skip=True, share_concat_scales=True)
 DECODER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False,
-                               keep_float=("lm_head", "kv_cache", "attention"))
+                               keep_float=("lm_head", "kv_cache", "attention", "rms_norm"))
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,8 @@ PRESETS = {
     "gemm-only": Preset("gemm-only", "only MatMul/Gemm inputs; attention only if fusable", ["MatMul", "Gemm"], True, "auto"),
     "cnn": Preset("cnn", "TensorRT's CNN rules: Conv/MatMul inputs, residual skip inputs, Conv+BN+activation unbroken, shared Concat scales",
                   None, True, "auto", family="cnn", rules=CNN_RULES),
-    "decoder": Preset("decoder", "transformer rules; lm_head, norms, Softmax and KV cache I/O kept in higher precision",
-                      None, True, "auto", family="decoder", rules=DECODER_RULES),
+    "decoder": Preset("decoder", "GEMM inputs only; lm_head, norms, attention MatMuls and KV cache I/O kept in higher precision",
+                      ["MatMul", "Gemm"], True, "auto", family="decoder", rules=DECODER_RULES),
 }
 FAMILY_PRESET = {"encoder": "trt-fusion", "decoder": "decoder", "cnn": "cnn"}
 PRESET_NAMES = ("auto", *PRESETS)  # "auto": the preset of the model's family
@@ -100,12 +103,12 @@ KV_CACHE_NAME = re.compile(r"past|present|cache", re.IGNORECASE)
 
 
 def model_family(model) -> str:
-    """"decoder" (KV cache inputs/outputs, or a causal mask: Trilu), "encoder" (attention: a MatMul
+    """"decoder" (KV cache inputs/outputs, or a causal mask: Trilu or positions compared), "encoder" (attention: a MatMul
     reaching a Softmax), "cnn" (convolutions and no attention); a graph with none of these (an MLP)
     counts as an encoder: the transformer rules are the GEMM rules."""
     names = [v.name for v in [*model.graph.input, *model.graph.output]]
     ops = {n.op_type for n in model.graph.node}
-    if any(KV_CACHE_NAME.search(name) for name in names) or "Trilu" in ops:
+    if any(KV_CACHE_NAME.search(name) for name in names) or "Trilu" in ops or builds_causal_mask(model):
         return "decoder"
     if ops & set(CONV_OPS) and not attention_shapes(model):
         return "cnn"
@@ -119,6 +122,26 @@ def resolve_preset(name: str, model) -> Preset:
     if name not in PRESETS:
         raise InputError(f"--preset {name!r}: use one of {', '.join(PRESET_NAMES)}")
     return PRESETS[name]
+
+
+CAUSAL_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+
+
+def builds_causal_mask(model, hops: int = 6) -> bool:
+    """Whether the graph compares two position ranges (`key position <= query position`): how the
+    exporters write a Hugging Face decoder's causal mask when the model has no KV cache inputs."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+
+    def from_range(name: str) -> bool:
+        frontier = [name]
+        for _ in range(hops):
+            nodes = [producer[n] for n in frontier if n in producer]
+            if any(n.op_type == "Range" for n in nodes):
+                return True
+            frontier = [i for n in nodes if n.op_type in ("Unsqueeze", "Reshape", "Cast", "Add", "Sub", "Expand", "Slice") for i in n.input[:1]]
+        return False
+
+    return any(n.op_type in CAUSAL_COMPARISONS and len(n.input) == 2 and all(from_range(i) for i in n.input) for n in model.graph.node)
 
 
 def check_family(preset: Preset, model) -> str:
@@ -235,6 +258,32 @@ def attention_matmuls(model) -> list[str]:
     return sorted(set(found))
 
 
+def rms_norm_nodes(model) -> list[str]:
+    """Names of the nodes of each written-out RMSNorm, `x * 1/sqrt(mean(x^2) + eps) [* weight]`: the square
+    (Pow(x, 2) or Mul(x, x)), the mean, the Add/Sqrt/Reciprocal/Div chain and the Mul (or Div) that
+    normalizes x. ModelOpt quantizes the per-row factor 1/sqrt(...) feeding that Mul, whose range
+    spans orders of magnitude (1/sqrt(eps) for a zero row)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    found: list[str] = []
+    for mean in (n for n in model.graph.node if n.op_type == "ReduceMean"):
+        square = producer.get(mean.input[0])
+        if square is None or not (square.op_type == "Pow" or (square.op_type == "Mul" and square.input[0] == square.input[1])):
+            continue
+        x, chain, frontier, normalized = square.input[0], [square.name, mean.name], [mean], []
+        for _ in range(4):
+            following = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
+            normalized += [c.name for c in following if c.op_type in ("Mul", "Div") and x in c.input]
+            frontier = [c for c in following if c.op_type in ("Add", "Sqrt", "Reciprocal", "Div") and x not in c.input]
+            chain += [c.name for c in frontier]
+        if normalized:
+            found += chain + normalized
+    return sorted(set(found))
+
+
 def _reaches(start, target, consumers: dict, hops: int = 4) -> bool:
     frontier = [start]
     for _ in range(hops):
@@ -264,7 +313,8 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
         return PresetPlan(preset.op_types_to_quantize, False, ["attention Q/DQ as ModelOpt places them"])
     check_family(preset, model)
     masks = attention_mask_adds(model)
-    plan = _attention_plan(preset, model, max_sequence)
+    # a preset keeping the attention MatMuls in float says so below, not whether they could be quantized
+    plan = PresetPlan(preset.op_types_to_quantize, False) if "attention" in preset.rules.keep_float else _attention_plan(preset, model, max_sequence)
     plan.nodes_to_exclude = masks
     if masks:
         plan.notes.append(f"{len(masks)} attention-mask Add(s) before Softmax left in float")
@@ -295,6 +345,8 @@ def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
         kept["kv_cache"] = [n.name for n in model.graph.node if set(n.input) & cache_in or set(n.output) & cache_out]
     if "attention" in rules.keep_float:
         kept["attention MatMuls (they read the KV cache)"] = attention_matmuls(model)
+    if "rms_norm" in rules.keep_float:
+        kept["RMSNorm nodes (written out, not RMSNormalization)"] = rms_norm_nodes(model)
     return {part: names for part, names in kept.items() if names}
 
 

@@ -361,3 +361,41 @@ def test_auto_preset_is_the_preset_of_the_model_family(tmp_path):
     assert resolve_preset("gemm-only", conv).name == "gemm-only"
     with pytest.raises(InputError, match="--preset 'fast': use one of auto, trt-fusion, modelopt, gemm-only, cnn, decoder"):
         resolve_preset("fast", conv)
+
+
+def test_a_written_out_rms_norm_is_found_whole():
+    """x * 1/sqrt(mean(x^2) + eps) * w, as the dynamo exporter writes Llama's RMSNorm: every node of it,
+    and nothing of the MatMul that reads it."""
+    from onnx import TensorProto, helper
+
+    from quant.presets import rms_norm_nodes
+
+    nodes = [helper.make_node("Pow", ["x", "two"], ["sq"], name="pow"), helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean"),
+             helper.make_node("Add", ["ms", "eps"], ["ms_eps"], name="add_eps"), helper.make_node("Sqrt", ["ms_eps"], ["rms"], name="sqrt"),
+             helper.make_node("Reciprocal", ["rms"], ["inv"], name="reciprocal"), helper.make_node("Mul", ["x", "inv"], ["normed"], name="normalize"),
+             helper.make_node("Mul", ["w", "normed"], ["scaled"], name="weight"), helper.make_node("MatMul", ["scaled", "proj"], ["y"], name="proj")]
+    constants = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("axes", TensorProto.INT64, [1], [-1]),
+                 helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6]), helper.make_tensor("w", TensorProto.FLOAT, [8], [1.0] * 8),
+                 helper.make_tensor("proj", TensorProto.FLOAT, [8, 8], [0.1] * 64)]
+    graph = helper.make_graph(nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], constants)
+    assert rms_norm_nodes(helper.make_model(graph)) == ["add_eps", "mean", "normalize", "pow", "reciprocal", "sqrt"]
+
+
+def test_a_causal_mask_built_from_positions_makes_a_decoder():
+    """A decoder exported without its cache has no past_key_values: its causal mask, key position <= query
+    position over two Ranges, says what it is; one Range compared with a constant is no causal mask."""
+    from onnx import TensorProto, helper
+
+    from quant.presets import builds_causal_mask, model_family
+
+    def graph(second: str):
+        nodes = [helper.make_node("Range", ["zero", "n", "one"], ["q"]), helper.make_node("Range", ["zero", "n", "one"], ["k"]),
+                 helper.make_node("Unsqueeze", ["q", "axis1"], ["q_col"]), helper.make_node("Unsqueeze", [second, "axis0"], ["k_row"]),
+                 helper.make_node("LessOrEqual", ["k_row", "q_col"], ["causal"]), helper.make_node("Cast", ["causal"], ["y"], to=TensorProto.FLOAT)]
+        consts = [helper.make_tensor(name, TensorProto.INT64, dims, values) for name, dims, values in
+                  (("zero", [], [0]), ("n", [], [4]), ("one", [], [1]), ("axis0", [1], [0]), ("axis1", [1], [1]), ("limit", [4], [2] * 4))]
+        return helper.make_model(helper.make_graph(nodes, "mask", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])], consts))
+
+    assert builds_causal_mask(graph("k")) and model_family(graph("k")) == "decoder"
+    assert not builds_causal_mask(graph("limit")) and model_family(graph("limit")) == "encoder"

@@ -184,8 +184,7 @@ class QuantSection(_Section):
     min_cosine_bf16: float = Field(default=0.99, ge=0, le=1, description="BF16 keeps 8 mantissa bits to FP16's 11")
     int4_method: Literal["awq_clip", "rtn_dq"] = Field(default="awq_clip", description="AWQ (calibrated) or round to nearest (no data)")
     min_token_agreement_fp16: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
-    min_token_agreement_int8: float = Field(default=0.0, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share); "
-                                            "0: recorded, not gated (docs/decoders.md)")
+    min_token_agreement_int8: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
 
