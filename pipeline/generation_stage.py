@@ -17,6 +17,12 @@ GENERATION_READS = ("export", "inputs", "dims")  # the prompts, new_tokens and t
 GENERATION_INPUTS = ("export.*",)  # export.generation, present for a decoder only
 
 
+def tokens_note(metrics: dict[str, Any]) -> str:
+    """For a stage's line: how many of a decoder's greedy tokens equal torch's ("" for an encoder)."""
+    figures = metrics.get("generation")
+    return f", greedy tokens {figures['token_agreement']:.0%} as torch's" if figures else ""
+
+
 def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> dict[str, Any] | None:
     """Greedy generation of `candidate` against the export's torch reference: None for a model the
     export did not decode (an encoder). optimize must agree exactly; fp16/int8 pass the gate."""

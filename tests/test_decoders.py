@@ -102,6 +102,9 @@ def test_an_unchanged_gpt2_factory_builds_fp16_and_int8_with_generation_figures(
     run = run_cli("build", "--profile", str(folder / "gpt2.toml"), "--fp16", "--int8", "--until", "int8", "--out", str(folder / "out"), path=(folder,))
     assert run.returncode == 0, run.stderr
     assert "cache derived: 4 past_key_values inputs, past_seq 0..992" in run.stdout
+    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.split() and line.split()[0] in ("export", "optimize", "int8")}
+    assert "greedy tokens 100% as torch's" in lines["export"] and "greedy tokens 100% as torch's" in lines["optimize"]
+    assert "greedy tokens" in lines["int8"], "each stage's line says how many tokens agree"
     stages = {s["name"]: s for s in json.loads((folder / "out" / "manifest.json").read_text())["stages"]}
     for name in ("export", "optimize", "fp16", "int8"):
         figures = stages[name]["metrics"]["generation"]

@@ -37,9 +37,10 @@ def run_export(job: Job) -> StageResult:
 
 
 def _key_metric(m: dict) -> str:
+    from pipeline.generation_stage import tokens_note
     from pipeline.models.decoder import derived_note
 
-    return f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes{derived_note(m)}" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes"
+    return f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes{tokens_note(m)}{derived_note(m)}" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes"
 
 
 EXPORT = Stage(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
-from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures
+from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
 from pipeline.runner import Job, Stage, StageResult
 from pipeline.stages import seeds
 from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
@@ -55,5 +55,5 @@ FP16 = Stage(
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     code=("quant.fp16", "quant.accuracy", "pipeline.stages.accuracy", "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}",
+    key_metric=lambda m: f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}",
 )

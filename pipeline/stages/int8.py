@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
-from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures
+from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
 from pipeline.runner import Job, Stage, StageResult
 from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
 
@@ -98,5 +98,6 @@ INT8 = Stage(
     code=("quant.int8", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy",
           "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings",
+    key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings"
+                          f"{tokens_note(m)}"),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures
+from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
 from pipeline.runner import Job, Stage, StageResult
 from pipeline.stages import seeds
 
@@ -48,5 +48,5 @@ OPTIMIZE = Stage(
     inputs=GENERATION_INPUTS,
     code=("pipeline.optimize", "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("onnx-ir",),
-    key_metric=lambda m: f"{m['nodes_before']} -> {m['nodes_after']} nodes, max_abs_diff={m['max_abs_diff']:.2e}",
+    key_metric=lambda m: f"{m['nodes_before']} -> {m['nodes_after']} nodes, max_abs_diff={m['max_abs_diff']:.2e}{tokens_note(m)}",
 )
