@@ -166,7 +166,7 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     while len(feeds) < samples:
         greedy(recorded, profile, head, ids=rng.integers(int(low), int(high), (batch, length), dtype=np.int64), new_tokens=DECODE_STEPS + 1)
         prompts += 1
-    return feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) as the decoder is fed: the prefill of {prompts} random "
+    return feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) of {batch} rows as the decoder is fed: the prefill of {prompts} random "
                              f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote")
 
 

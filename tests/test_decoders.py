@@ -201,7 +201,7 @@ def test_int8_of_a_decoder_with_its_cache_keeps_the_generation(llama_export, fol
     profile = apply_derived(profile, result.derived)
     quantized, origin = quantize(profile, None, source, folder / "llama.int8.onnx")
     assert quantized.preset == "decoder" and "attention MatMuls in the result: float" in quantized.notes
-    assert origin.startswith("synthetic, 16 feeds ([quant] samples) as the decoder is fed: the prefill of 4 random prompt(s)")
+    assert origin.startswith("synthetic, 16 feeds ([quant] samples) of 2 rows as the decoder is fed: the prefill of 4 random prompt(s)")
     reference, head = load_reference(folder / "llama.generation.npz")
     figures = compare(reference, greedy(OnnxSession(folder / "llama.int8.onnx").run_named, profile, embedding_head(onnx.load(str(source)))))
     assert figures["first_divergent_step"] != 0 and figures["token_agreement"] >= 0.5, figures

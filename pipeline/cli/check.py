@@ -155,7 +155,7 @@ def compare(
     wheres = [f"{row['node']} -> {row['qdq']}" if row["qdq"] else row["node"] for row in rows]
     width = max([len("node (-> the Q/DQ on its output)"), *map(len, wheres)])
     module_width = max([len("module"), *(len(row["module"]) for row in rows)])
-    lines = [f"A {reference} vs B {candidate}: {result['compared_tensors']} tensors compared on {result['feeds']} inputs",
+    lines = [f"A {reference} vs B {candidate}: {result['compared_tensors']} tensors compared on {result['feeds']} sample{'s' if result['feeds'] != 1 else ''}",
              "output error (max |B-A| / max |A|): " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in result["outputs"].items()),
              f"{'node (-> the Q/DQ on its output)':<{width}}  {'module':<{module_width}}  {'op':<20} {'input err':>10} {'output err':>10} {'growth':>10}"]
     for where, row in zip(wheres, rows):
