@@ -170,11 +170,13 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
                              f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote")
 
 
-def takes_kv_cache(onnx_path: Path) -> bool:
-    """Whether the model has KV cache inputs (`past_key_values.{i}.key/value`)."""
+def fed_as_decoder(profile: Profile, onnx_path: Path) -> bool:
+    """Whether `decoder_calibration` applies: the model has KV cache inputs (`past_key_values.{i}.key/value`)
+    and the profile describes them (`past_seq`) and the token ids it generates from (`input_ids`)."""
     from pipeline.core.generation import PAST_INPUT
 
-    return any(PAST_INPUT.fullmatch(name) for name in model_inputs(onnx_path))
+    return ("past_seq" in profile.dims and any(s.name == "input_ids" for s in profile.inputs)
+            and any(PAST_INPUT.fullmatch(name) for name in model_inputs(onnx_path)))
 
 
 def calibration_data(profile: Profile, calib: Path | None, onnx_path: Path) -> tuple[dict[str, np.ndarray], str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import TINY_MLP_PROFILE, TRT_DATA, run_cli
+from conftest import REPO, TINY_MLP_PROFILE, TRT_DATA, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
 MNIST = "trt10.16_detailed_mnist_myelin.layers.json"
@@ -163,6 +163,8 @@ def library(tmp_path_factory) -> Path:
     _conv_only(root / "conv.onnx")
     (root / "conv.toml").write_text(CONV_PROFILE)
     (root / "convnext.toml").write_text(CONVNEXT_PROFILE)
+    # a random-weight CNN runs once on the profile's inputs (its BatchNorm statistics): 4 channels for a 3-channel ResNet
+    (root / "resnet4ch.toml").write_text((REPO / "profiles" / "hf-resnet-tiny.toml").read_text().replace('shape = ["batch", 3, 32, 32]', 'shape = ["batch", 4, 32, 32]'))
     # decoders (issue 22)
     for name, text in DECODER_PROFILES.items():
         (root / name).write_text(text)
@@ -284,6 +286,8 @@ CASES = {
                                                                 "has no MatMul/Gemm with a constant 2-D weight, and INT4 is weight-only for those: use --int8 or --fp8"),
     "build --int4 on a model with no eligible weights": Case(("build", "--profile", "conv.toml", "--onnx", "conv.onnx", "--int4", "--out", "o"),
                                                              "has no MatMul/Gemm with a constant 2-D weight", new_files=("o", "o/manifest.json", "o/model.opt.onnx")),
+    "random-weight CNN on inputs it does not take": Case(("build", "--profile", "resnet4ch.toml", "--until", "export", "--out", "o"),
+                                                          "the random-weight ResNetModel does not run on the profile's inputs pixel_values [2, 4, 32, 32]"),
     "quantize --fp8 with a decoder preset on a CNN": Case(("quantize", "conv.onnx", "--fp8", "--preset", "decoder", "--profile", "conv.toml", "-o", "out.onnx"),
                                                           "--preset decoder is written for decoder models, but this model is a cnn (convolutions, no attention): use --preset cnn"),
     "build --fp8 with the cnn preset on an MLP": Case(("build", "--profile", "tiny.toml", "--fp8", "--preset", "cnn", "--until", "fp8", "--out", "o"),

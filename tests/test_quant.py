@@ -399,3 +399,22 @@ def test_a_causal_mask_built_from_positions_makes_a_decoder():
 
     assert builds_causal_mask(graph("k")) and model_family(graph("k")) == "decoder"
     assert not builds_causal_mask(graph("limit")) and model_family(graph("limit")) == "encoder"
+
+
+def test_decoder_calibration_applies_only_where_the_profile_gives_the_cache_and_token_ids(tmp_path):
+    """A with-past model is calibrated through greedy steps only when the profile has past_seq and input_ids;
+    a decoder fed embeddings (no input_ids) gets the profile's samples, not a crash."""
+    from onnx import TensorProto, helper
+
+    from quant.calibration import fed_as_decoder
+
+    graph = helper.make_graph([helper.make_node("Identity", ["past_key_values.0.key"], ["present.0.key"])], "g",
+                              [helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, ["batch", 2, "past_seq", 16])],
+                              [helper.make_tensor_value_info("present.0.key", TensorProto.FLOAT, ["batch", 2, "past_seq", 16])])
+    onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
+    dims = '[dims.batch]\nmin = 1\nopt = 1\nmax = 2\n[dims.past_seq]\nmin = 0\nopt = 4\nmax = 8\n'
+    past = '[[inputs]]\nname = "past_key_values.0.key"\ndtype = "float32"\nshape = ["batch", 2, "past_seq", 16]\n'
+    ids = '[[inputs]]\nname = "input_ids"\ndtype = "int64"\nshape = ["batch", 1]\nrange = [0, 10]\n'
+    for name, text, expected in (("ids", ids + past, True), ("embeds", past, False)):
+        (tmp_path / f"{name}.toml").write_text(f'name = "{name}"\n[model]\nonnx = "m.onnx"\n{dims}{text}')
+        assert fed_as_decoder(load_profile(str(tmp_path / f"{name}.toml")), tmp_path / "m.onnx") is expected, name

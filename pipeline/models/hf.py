@@ -109,7 +109,13 @@ def settle_batch_norm(model: Any, profile: Profile) -> int:
         layer.train()
     with torch.no_grad():
         for i in range(BATCH_NORM_BATCHES):
-            model(**{name: torch.from_numpy(array) for name, array in make_inputs(profile, seed=profile.model.seed + i).items()})
+            feeds = {name: torch.from_numpy(array) for name, array in make_inputs(profile, seed=profile.model.seed + i).items()}
+            try:
+                model(**feeds)
+            except (TypeError, ValueError, RuntimeError, IndexError) as err:  # inputs the model does not take
+                raise ProfileError(f"{profile.source}: inputs: the random-weight {type(model).__name__} does not run on the profile's inputs "
+                                   f"{', '.join(f'{k} {list(v.shape)}' for k, v in feeds.items())} ({type(err).__name__}: {first_line(err)}); "
+                                   "give [[inputs]] the names and shapes its forward takes") from err
     for layer in layers:
         layer.eval()
     return len(layers)

@@ -33,11 +33,11 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """Q/DQ `source` into `target` with the profile's quant settings; returns the result and where the calibration data came from."""
     from pipeline.core.quiet import captured
-    from quant.calibration import calibration_data, decoder_calibration, takes_kv_cache
+    from quant.calibration import calibration_data, decoder_calibration, fed_as_decoder
     from quant.int8 import quantize_int8
 
     q = profile.quant
-    if calib is None and takes_kv_cache(source) and "past_seq" in profile.dims:
+    if calib is None and fed_as_decoder(profile, source):
         calibration, origin = decoder_calibration(profile, source, q.samples)
     else:
         calibration, origin = calibration_data(profile, calib, source)
@@ -53,9 +53,9 @@ def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
     prefill and decode steps over the caches the FP32 model writes: on random caches an INT8 decoder
     calibrated on real ones is far off, and one calibrated on random ones is right only there."""
     from pipeline.stages import seeds
-    from quant.calibration import decoder_calibration, takes_kv_cache
+    from quant.calibration import decoder_calibration, fed_as_decoder
 
-    if takes_kv_cache(source) and "past_seq" in profile.dims:
+    if fed_as_decoder(profile, source):
         return decoder_calibration(profile, source, profile.quant.accuracy_samples, seed=seeds.HELD_OUT_SEED)[0], "decoder steps"
     return held_out(profile), "held-out"
 
