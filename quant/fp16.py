@@ -55,7 +55,6 @@ def convert_fp16(
     return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session)
 
 
-DEFAULT_MIN_COSINE_BF16 = 0.99  # BF16 keeps 8 mantissa bits to FP16's 11: FP16's gate (0.999) is too tight for it
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import tomlkit
+
 from pipeline.core.errors import InputError, ProfileError, first_line
-from pipeline.core.fileio import sha256_file
+from pipeline.core.modelsource import local_folder
 from pipeline.core.profiles import Profile
 from pipeline.models.size import check_fits, small_config_fields
 
@@ -129,32 +131,6 @@ def _check_folder_fits(transformers: Any, auto: Any, folder: Path, where: str) -
         return  # from_pretrained says what is wrong with the folder
 
 
-def hf_fingerprint(profile: Profile) -> dict[str, Any]:
-    """What decides the exported model: the source (and a local folder's files), the head, transformers' version."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    section = profile.model
-    folder = local_folder(profile) if section.hf is not None else None
-    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder else None
-    try:
-        transformers_version = version("transformers")
-    except PackageNotFoundError:
-        transformers_version = None
-    return {"hf": section.hf, "hf_config": section.hf_config, "task": section.task, "files": files, "transformers": transformers_version}
-
-
-def local_folder(profile: Profile):
-    """The `hf` folder when it names one (relative to the profile's folder), else None (a model id).
-    A value written as a path (starting with ".", "/" or "~") must be an existing folder."""
-    hf = profile.model.hf
-    candidate = profile.folder / Path(hf).expanduser()
-    if candidate.is_dir():
-        return candidate.resolve()
-    if hf.startswith((".", "/", "~")):
-        raise ProfileError(f"{profile.source}: model.hf: no folder {candidate}; give a folder written by save_pretrained (relative to the profile) or a model id")
-    return None
-
-
 def _transformers_requirement() -> str:
     """The [hf] extra's transformers pin as installed (so the hint works from any folder), else plain transformers."""
     from importlib.metadata import PackageNotFoundError, requires
@@ -187,20 +163,17 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     cache as Optimum lays it out), dims from its limits; every choice is commented."""
     transformers = _transformers(f"init --hf {source}", InputError)
     folder = Path(source).expanduser()
+    model: dict[str, Any] = {"task": task, "seed": 0}
+    hf_config: dict[str, Any] = {}
     try:
         if folder.is_dir():
             config = transformers.AutoConfig.from_pretrained(str(folder))
-            where = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
-            model_lines = [f'hf = "{where}"                 # written by save_pretrained, relative to this file']
+            model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
         else:
             config = transformers.AutoConfig.for_model(source)
             small = {} if full_size else small_config_fields(config)
             config = transformers.AutoConfig.for_model(source, **small)
-            model_lines = ["", "[model.hf_config]                  # random weights from this config: set the sizes of your model",
-                           f'model_type = "{source}"']
-            if small:
-                model_lines += ["# A small config written by init, not the model's default sizes (init --full-size writes those):"]
-                model_lines += [f"{key} = {value}" for key, value in small.items()]
+            hf_config = {"model_type": source, **small}
     except (OSError, ValueError) as err:
         raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
     if config.is_encoder_decoder:
@@ -211,40 +184,62 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
     except KeyError as err:
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
+    dims, inputs, decoder = _starter_inputs(source, model_class, config)
+    return tomlkit.dumps(_starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder))
+
+
+def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, decoder: bool):
+    """The starter profile as a TOML document: every choice commented."""
+    document = tomlkit.document()
+    document.add(tomlkit.comment(f"Starter profile for {what}."))
+    document.add(tomlkit.comment("Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt)."))
+    document.add("name", name)
+    document.add("model", _table(model, "hf: written by save_pretrained, relative to this file" if "hf" in model else ""))
+    if hf_config:
+        small = "; a small config written by init, not the model's default sizes (init --full-size writes those)" if len(hf_config) > 1 else ""
+        document["model"].add("hf_config", _table(hf_config, "random weights from this config: set the sizes of your model" + small))
+    document.add("dims", tomlkit.table(True))
+    for dim, (low, opt, high) in dims.items():
+        document["dims"].add(dim, _table({"min": low, "opt": opt, "max": high}))
+    rows = tomlkit.aot()
+    for row, comment in inputs:
+        rows.append(_table(row, comment))
+    document.add("inputs", rows)
+    export = {"exporter": "dynamo", "opset": 20, **({"cache": "with-past"} if decoder else {})}
+    document.add("export", _table(export, 'cache "with-past": one graph for prefill (past_seq = 0) and decode; "none": no KV cache' if decoder else ""))
+    return document
+
+
+def _table(values: dict[str, Any], comment: str = ""):
+    table = tomlkit.table()
+    table.update(values)
+    if comment:
+        table.comment(comment)
+    return table
+
+
+def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, list[tuple[dict, str]], bool]:
+    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache."""
     accepted = inspect.signature(model_class.forward).parameters
-    decoder = False
     if "pixel_values" in accepted:
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
-        dims = {"batch": (1, 4, 16)}
-        inputs = [("pixel_values", "float32", f'["batch", {config.num_channels}, {size}, {size}]', "", "images, channels first")]
-    elif "input_ids" in accepted:
-        decoder = _returns_cache(model_class, config)
-        positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
-        longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
-        dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
-        inputs = [("input_ids", "int64", '["batch", "seq"]', f"range = [0, {config.vocab_size}]", "token ids inside the vocabulary")]
-        if "attention_mask" in accepted:
-            inputs.append(("attention_mask", "int64", '["batch", "seq"]', 'fill = "mask"', "1 for tokens, 0 for padding at the end"))
-        if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
-            inputs.append(("token_type_ids", "int64", '["batch", "seq"]', f"range = [0, {config.type_vocab_size}]", "segment ids"))
-    else:
+        pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", config.num_channels, size, size]}
+        return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
+    if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
+    decoder = _returns_cache(model_class, config)
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
+    longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
+    dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
+    inputs = [({"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]}, "token ids inside the vocabulary")]
+    if "attention_mask" in accepted:
+        inputs.append(({"name": "attention_mask", "dtype": "int64", "shape": ["batch", "seq"], "fill": "mask"}, "1 for tokens, 0 for padding at the end"))
+    if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
+        inputs.append(({"name": "token_type_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.type_vocab_size]}, "segment ids"))
     if decoder:
         dims, inputs = _with_past_inputs(dims, inputs, config, accepted)
-    lines = [f"# Starter profile for {model_class.__name__} (python -m pipeline init --hf {source}).",
-             "# Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt).",
-             f'name = "{name}"', "", "[model]", f'task = "{task}"', "seed = 0"]
-    lines += model_lines
-    for dim, (low, opt, high) in dims.items():
-        lines += ["", f"[dims.{dim}]", f"min = {low}", f"opt = {opt}", f"max = {high}"]
-    for input_name, dtype, shape, fill, comment in inputs:
-        lines += ["", f"[[inputs]]                         # {comment}", f'name = "{input_name}"', f'dtype = "{dtype}"', f"shape = {shape}"]
-        lines += [fill] if fill else []
-    lines += ["", "[export]", 'exporter = "dynamo"', "opset = 20"]
-    if decoder:
-        lines += ['cache = "with-past"                # one graph for prefill (past_seq = 0) and decode; "none": no KV cache']
-    return "\n".join(lines) + "\n"
+    return dims, inputs, decoder
 
 
 def _returns_cache(model_class: Any, config: Any) -> bool:
@@ -262,21 +257,20 @@ def _returns_cache(model_class: Any, config: Any) -> bool:
 
 def _with_past_inputs(dims: dict, inputs: list, config: Any, accepted: Any) -> tuple[dict, list]:
     """A decoder's starter dims and inputs with its KV cache (pipeline/models/decoder.py lays them out)."""
-    import tomllib
-
     from pipeline.models.decoder import with_past_profile
 
     comments = {"input_ids": "new token ids", "attention_mask": "1 per past and new token, 0 for padding",
                 "position_ids": "positions of the new tokens", "past_key_values": "the KV cache: [batch, kv_heads, past_seq, head_dim]"}
-    text = "\n".join([f"[dims.{d}]\nmin = {lo}\nopt = {op}\nmax = {hi}" for d, (lo, op, hi) in dims.items()]
-                     + [f'[[inputs]]\nname = "{n}"\ndtype = "{t}"\nshape = {shape}\n{fill}' for n, t, shape, fill, _ in inputs])
-    base = Profile.model_validate({"name": "starter", "model": {"hf_config": {"model_type": config.model_type}}, **tomllib.loads(text)})
+    base = Profile.model_validate({"name": "starter", "model": {"hf_config": {"model_type": config.model_type}},
+                                   "dims": {d: {"min": lo, "opt": op, "max": hi} for d, (lo, op, hi) in dims.items()},
+                                   "inputs": [row for row, _ in inputs]})
     derived = with_past_profile(base, config, accepted)
-    dims = {d: (r.min, r.opt, r.max) for d, r in derived.dims.items()}
     rows = []
     for spec in derived.inputs:
-        fill = f"range = [{int(spec.range[0])}, {int(spec.range[1])}]" if spec.range else f'fill = "{spec.fill}"' if spec.fill != "random" else ""
-        shape = "[" + ", ".join(f'"{s}"' if isinstance(s, str) else str(s) for s in spec.shape) + "]"
-        rows.append((spec.name, spec.dtype, shape, fill, comments.get(spec.name.split(".")[0], "")))
-    return dims, rows
-
+        row = {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape)}
+        if spec.range:
+            row["range"] = [int(spec.range[0]), int(spec.range[1])]
+        elif spec.fill != "random":
+            row["fill"] = spec.fill
+        rows.append((row, comments.get(spec.name.split(".")[0], "")))
+    return {d: (r.min, r.opt, r.max) for d, r in derived.dims.items()}, rows

@@ -22,7 +22,6 @@ _TACTIC = ", Tactic: "
 _TENSOR_END = re.compile(
     r" ?(?:\((?P<type10>[A-Za-z][A-Za-z0-9]{0,15})\[[-0-9,]{0,400}\]\)|\[(?P<type8>[A-Za-z][A-Za-z0-9]{0,15})\([-0-9,]{0,400}\)\])(?=, |$)"
 )
-HEADERS = ("Engine Layer Information", "Layer Information", "Layers:")
 
 
 @dataclass
