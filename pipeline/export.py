@@ -14,7 +14,6 @@ import importlib.util
 import inspect
 import logging
 import re
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -24,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed, first_line
-from pipeline.core.fileio import atomic_path, sha256_file
+from pipeline.core.fileio import atomic_path
+from pipeline.core.modelsource import find_spec, importable_from
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
@@ -43,32 +43,6 @@ class ExportResult:
     outputs: list[str]
     derived: dict[str, Any] | None = None  # inputs and dims added for a decoder's cache (pipeline/models/decoder.py)
     generation: dict[str, Any] | None = None  # a decoder's greedy generation on onnxruntime vs torch (pipeline/core/generation.py)
-
-
-def factory_fingerprint(profile: Profile) -> dict[str, Any]:
-    """What decides the exported file: the factory's source and arguments (or the Hugging Face model), the export settings."""
-    if profile.model.is_hf:
-        from pipeline.models.hf import hf_fingerprint
-
-        model = hf_fingerprint(profile)
-    else:
-        module_name = profile.model.factory.split(":")[0]
-        with _importable_from(profile.folder):
-            spec = _find_spec(module_name, profile)
-        model = {"factory": profile.model.factory, "factory_source": sha256_file(Path(spec.origin)) if spec and spec.origin else None,
-                 "kwargs": profile.model.kwargs}
-    return {
-        "model": model,
-        "seed": profile.model.seed,
-        "inputs": [s.model_dump() for s in profile.inputs],
-        "dims": {k: v.model_dump() for k, v in profile.dims.items()},
-        "export": profile.export.model_dump(),
-        "exporter_code": [sha256_file(Path(__file__)), *(sha256_file(Path(__file__).parent / part) for part in _DECODER_CODE)],
-        "torch": _package_version("torch"),
-    }
-
-
-_DECODER_CODE = ("models/decoder.py", "core/generation.py")
 
 
 def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None,
@@ -216,8 +190,8 @@ def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
 
     module_name, function_name = profile.model.factory.split(":")
     where = f"{profile.source}: model.factory {profile.model.factory!r}"
-    with _importable_from(profile.folder):
-        if _find_spec(module_name, profile) is None:
+    with importable_from(profile.folder):
+        if find_spec(module_name, profile) is None:
             raise ProfileError(f"{where}: module {module_name!r} is not importable from {profile.folder} "
                                "or the installed packages; install it or fix the name")
         try:
@@ -264,18 +238,6 @@ def _default_example(profile: Profile) -> tuple:
     import torch
 
     return tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=_export_sizes(profile)).values())
-
-
-@contextlib.contextmanager
-def _importable_from(folder: Path) -> Iterator[None]:
-    """The profile's folder first on the import path while its factory module is found and imported."""
-    entry = str(folder)
-    sys.path.insert(0, entry)
-    importlib.invalidate_caches()
-    try:
-        yield
-    finally:
-        sys.path.remove(entry)
 
 
 def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tuple[str, Any]]:
@@ -515,34 +477,6 @@ def _signature(function) -> str:
         return str(inspect.signature(function))
     except (TypeError, ValueError):
         return "(...)"
-
-
-def factory_file(profile: Profile) -> Path | None:
-    """The file of the profile's factory module (found as the export stage finds it), or None."""
-    if profile.model.factory is None:
-        return None
-    with _importable_from(profile.folder):
-        spec = _find_spec(profile.model.factory.split(":")[0], profile)
-    return Path(spec.origin) if spec and spec.origin else None
-
-
-def _find_spec(module_name: str, profile: Profile):
-    try:
-        return importlib.util.find_spec(module_name)
-    except SyntaxError as err:
-        raise ProfileError(f"{profile.source}: model.factory: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
-    except Exception as err:  # a parent package's __init__ runs here and may fail in any way
-        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {type(err).__name__}: {first_line(err)}") from err
-        raise ProfileError(f"{profile.source}: model.factory: cannot import {module_name!r}: {err}") from err
-
-
-def _package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 def check_onnx_file(path: Path, profile: Profile) -> int:

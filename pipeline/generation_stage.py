@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pipeline.core.verify import OnnxSession
-    from pipeline.runner import Job
+    from pipeline.stage import Job
 
 
 GENERATION_READS = ("export", "inputs", "dims")  # the prompts, new_tokens and the cache inputs

@@ -1,7 +1,8 @@
 """The stage runner: runs stages in order, caches unchanged ones, records each in the manifest.
 
-A stage declares what decides its result (`Stage`: the settings it reads, the earlier
-stages' files, its code and package versions); its fingerprint is made from exactly that.
+A stage declares what decides its result (pipeline/stage.py: the settings it reads, the earlier
+stages' files, its entry, whose import closure is its code, and package versions); its fingerprint
+is made from exactly that.
 It is cached when the fingerprint equals the one recorded by its last successful run and its
 outputs are still the files it wrote (same sha256); `force` reruns it. A stage that runs
 again records (and prints) which part of its declaration changed. Whatever ends a stage is recorded: `done`, `skipped`, `failed`
@@ -11,11 +12,10 @@ run are kept; those downstream of a stage that ran again are marked `stale`.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,131 +25,41 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import interrupts
-from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
+from pipeline.codekeys import code_key
+from pipeline.core.errors import CapabilityMissing, PipelineError
 from pipeline.core.fileio import sha256_file, sha256_json
-from pipeline.core.manifest import USABLE, Manifest, StageRecord, downstream
-from pipeline.core.profiles import Profile
+from pipeline.core.manifest import USABLE, StageRecord
 from pipeline.core.text import printable
 from pipeline.models.decoder import apply_derived
-from pipeline.settings import Settings, UndeclaredSetting
+from pipeline.settings import Settings
+from pipeline.stage import Context, Job, Stage, StageResult
 from pipeline.summary import split_next_step
 
-Status = Callable[[str], None]
 
-
-@dataclass
-class StageResult:
-    outputs: dict[str, Path]
-    metrics: dict[str, Any] = field(default_factory=dict)
-    skipped: bool = False
-    reason: str = ""
-    capability_missing: bool = False
-
-
-@dataclass
-class Context:
-    """What the runner holds for one build: the profile, the command line's options, the output folder,
-    the manifest. Stages never see the profile or the options: each gets its declared `Settings`."""
-
-    profile: Profile
-    out: Path
-    manifest: Manifest
-    options: dict[str, Any] = field(default_factory=dict)
-    cache: dict[Any, Any] = field(default_factory=dict)  # results stages share within one build (e.g. FP32 outputs)
-    rerun_hint: Callable[[], str] | None = None  # the command that runs this build where TensorRT is (for a skipped stage's reason)
-
-    def input(self, stage: str, label: str) -> Path:
-        record = self.manifest.get(stage)
-        path = self.manifest.output_path(stage, label)
-        if record is None or record.status not in USABLE or path is None or not path.exists():
-            states = {"failed": "failed", "interrupted": "was interrupted", "stale": "is out of date (stale)"}
-            state = states.get(record.status, f"has no {label!r} output") if record is not None else "has not run"
-            raise InputError(f"stage {stage!r} {state} in {self.manifest.path}; run it first (python -m pipeline build ... --until {stage})")
-        return path
-
-
-Inputs = Callable[[Settings], Iterable[str]]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A stage declares what decides its result; the runner keys its cache on exactly that.
-
-    reads: the settings it reads (names in pipeline/settings.py); its `Settings` holds only these.
-    inputs: the earlier stages' files it reads, as "stage.label" ("stage.*": every output of that stage),
-        or a function of its settings giving them (the build reads fp16.onnx only when FP16 is built).
-    code: our modules (or packages) whose source decides its result; packages: distributions whose version does.
-    cached: False for stages that depend on this machine or are cheap: they always run.
-    """
-
-    name: str
-    run: Callable[[Job], StageResult]
-    reads: tuple[str, ...] = ()
-    inputs: tuple[str, ...] | Inputs = ()
-    code: tuple[str, ...] = ()
-    packages: tuple[str, ...] = ()
-    cached: bool = True
-    key_metric: Callable[[dict[str, Any]], str] = lambda metrics: ""
-
-    def input_names(self, settings: Settings) -> tuple[str, ...]:
-        return tuple(self.inputs(settings) if callable(self.inputs) else self.inputs)
-
-
-@dataclass(frozen=True)
-class Job:
-    """What a stage's run receives: its settings, the files it declared, its output folder."""
-
-    stage: Stage
-    settings: Settings
-    _ctx: Context
-    status: Status
-
-    @property
-    def out(self) -> Path:
-        return self._ctx.out
-
-    @property
-    def cache(self) -> dict[Any, Any]:
-        return self._ctx.cache
-
-    def rerun_hint(self) -> str:
-        """The command that runs this build on a machine with TensorRT (for a skipped stage's reason)."""
-        return self._ctx.rerun_hint() if self._ctx.rerun_hint else "python -m pipeline build ... --strict"
-
-    def status_of(self, stage: str) -> str | None:
-        """How an earlier stage ended (done, cached, skipped, failed, ...), None when it has not run."""
-        record = self._ctx.manifest.get(stage)
-        return record.status if record else None
-
-    def input(self, stage: str, label: str) -> Path:
-        """An earlier stage's output this stage declared (reading one it did not declare is a bug)."""
-        declared = self.stage.input_names(self.settings)
-        if f"{stage}.{label}" not in declared and f"{stage}.*" not in declared:
-            raise UndeclaredSetting(f"stage {self.stage.name!r} read {stage}.{label}, which it does not declare in its inputs")
-        return self._ctx.input(stage, label)
-
-    def input_sha256(self, stage: str, label: str) -> str:
-        """The recorded sha256 of a declared input (what the fingerprint holds), without hashing it again."""
-        path = self.input(stage, label)
-        return self._ctx.manifest.get(stage).output_sha256.get(label) or sha256_file(path)
-
-    def outputs_of(self, stage: str) -> list[str]:
-        """The labels an earlier, usable stage recorded (e.g. which engines the build wrote)."""
-        record = self._ctx.manifest.get(stage)
-        if f"{stage}.*" not in self.stage.input_names(self.settings):
-            raise UndeclaredSetting(f"stage {self.stage.name!r} read {stage}'s outputs, which it does not declare as {stage}.*")
-        return list(record.outputs) if record is not None and record.status in ("done", "cached") else []
+def downstream(stages: Sequence[Stage], stage: str) -> set[str]:
+    """Every stage of `stages` that reads, directly or not, what `stage` writes (the graph of their inputs)."""
+    found: set[str] = set()
+    frontier = {stage}
+    while frontier:
+        frontier = {s.name for s in stages if frontier & s.upstream()} - found
+        found |= frontier
+    return found
 
 
 class Runner:
-    def __init__(self, ctx: Context, console: Console, force: bool = False, strict: bool = False):
-        self.ctx, self.console, self.force, self.strict = ctx, console, force, strict
+    """Runs a plan of stages. `catalogue`: every stage there is (default: the plan's), in pipeline order; the
+    manifest keeps its records in that order, and records of earlier runs go stale along their graph."""
+
+    def __init__(self, ctx: Context, console: Console, force: bool = False, strict: bool = False, catalogue: Sequence[Stage] = ()):
+        self.ctx, self.console, self.catalogue, self.force, self.strict = ctx, console, tuple(catalogue), force, strict
         self.stages: dict[str, Stage] = {}
         self.changed: list[StageRecord] = []  # stages whose outputs this run replaced or lost
         self.run_id = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
     def run(self, stages: list[Stage], until: str | None = None) -> list[StageRecord]:
         self.stages = {s.name: s for s in stages}
+        self.catalogue = self.catalogue or tuple(stages)
+        self.ctx.manifest.order = tuple(s.name for s in self.catalogue)
         if until is not None and until not in self.stages:
             raise PipelineError(f"--until {until!r}: not a stage of this run; use one of {', '.join(self.stages)}")
         records: list[StageRecord] = []
@@ -207,7 +117,7 @@ class Runner:
         return {
             "settings": settings.keys(),
             "inputs": {name: self._input_key(name) for name in stage.input_names(settings)},
-            "code": {module: sha256_json(source_hashes(module)) for module in sorted({stage.run.__module__, *stage.code})},
+            "code": code_key(stage.run.__module__),
             "packages": {name: package_version(name) for name in stage.packages},
         }
 
@@ -284,7 +194,7 @@ class Runner:
         for record in list(manifest.stages):
             if record.run == self.run_id or record.status == "stale":
                 continue
-            causes = [r for r in self.changed if record.name in downstream(r.name)]
+            causes = [r for r in self.changed if record.name in downstream(self.catalogue, r.name)]
             if causes:
                 cause = causes[0]
                 manifest.put(replace(record, status="stale", reason=(
@@ -320,20 +230,6 @@ def describe_change(name: str, before: Any, now: Any) -> str:
         return ", ".join(parts) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
     values = f" ({json.dumps(before)} -> {json.dumps(now)})"
     return name + (values if len(values) <= 80 else "")
-
-
-@functools.cache
-def source_hashes(module: str) -> list[str]:
-    """sha256 of a module's source, or of every .py file of a package."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        return []
-    if spec.submodule_search_locations:
-        folders = [Path(p) for p in spec.submodule_search_locations]
-        return [sha256_file(f) for folder in folders for f in sorted(folder.rglob("*.py"))]
-    return [sha256_file(Path(spec.origin))]
 
 
 def package_version(name: str) -> str | None:

@@ -7,13 +7,14 @@ else (a profile section or field, a command-line option) raises `UndeclaredSetti
 stage cannot depend on a setting that its cache key leaves out.
 
 Command-line options override the profile field they stand for (`--preset` -> `quant.preset`,
-`--min-cosine` -> every `quant.min_cosine_*` (fp16, int8, fp8, int4, bf16), `--verbosity` ->
+`--min-cosine` -> every precision's `quant.min_cosine_<precision>` (pipeline/precisions.py), `--verbosity` ->
 `build.verbosity`, export's `--exporter` -> `export`); the rest are settings of their own (`onnx`, `calib`, `precisions`,
 `weak_fp16`). A setting naming a file (`onnx`, `calib`) is keyed by the file's sha256 too.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +23,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from pipeline import precisions
+from pipeline.core.errors import ProfileError
 from pipeline.core.fileio import sha256_file
-from pipeline.core.profiles import Profile
+from pipeline.core.profiles import GATES, Profile
 
-Options = Mapping[str, Any]
+
+@dataclass(frozen=True)
+class Options:
+    """What the command line chose: overrides of profile fields and the settings of their own."""
+
+    precisions: frozenset[str] = frozenset()  # the optional precisions asked for (--fp16, --int8, ...)
+    onnx: Path | None = None
+    calib: Path | None = None
+    preset: str | None = None
+    min_cosine: float | None = None  # every precision's accuracy gate
+    min_token_agreement: float | None = None  # every precision's generation gate
+    verbosity: str | None = None
+    weak_fp16: bool = False
+    exporter: str | None = None
 
 
 class UndeclaredSetting(Exception):
@@ -34,22 +50,21 @@ class UndeclaredSetting(Exception):
 
 def _onnx_source(profile: Profile, options: Options) -> Path | None:
     """The ONNX file to start from: --onnx, else the profile's `model.onnx`."""
-    given = options.get("onnx")
-    return Path(given).resolve() if given else profile.onnx_path()
+    return Path(options.onnx).resolve() if options.onnx else profile.onnx_path()
 
 
 def _model_key(profile: Profile, options: Options) -> Any:
     """The model section and, for a PyTorch model, the factory's source (or the Hugging Face model) it builds."""
     if not profile.model.from_pytorch:
         return profile.model.model_dump(mode="json")
-    from pipeline.export import factory_fingerprint
+    from pipeline.core.modelsource import model_source
 
-    return {"section": profile.model.model_dump(mode="json"), "source": factory_fingerprint(profile)["model"]}
+    return {"section": profile.model.model_dump(mode="json"), "source": model_source(profile)}
 
 
 def _precisions(profile: Profile, options: Options) -> tuple[str, ...]:
-    """The precisions built into engines: FP32 always, the others when asked for (--fp16, --int8, --fp8, --int4, --bf16)."""
-    return ("fp32", *(p for p in ("fp16", "int8", "fp8", "int4", "bf16") if options.get(p)))
+    """The precisions built into engines: FP32 always, the others when their flag asks."""
+    return tuple(p.name for p in precisions.PRECISIONS if p.module is None or p.name in options.precisions)
 
 
 @dataclass(frozen=True)
@@ -66,37 +81,52 @@ def _field(section: str, name: str, option: str | None = None) -> Setting:
     """A profile field `section.name`, overridden by the command-line option `option` when given."""
 
     def resolve(profile: Profile, options: Options) -> Any:
-        given = options.get(option) if option else None
+        given = getattr(options, option) if option else None
         return given if given is not None else getattr(getattr(profile, section), name)
 
     return Setting(f"{section}.{name}", resolve)
 
 
-REGISTRY: dict[str, Setting] = {
-    s.name: s
-    for s in [
+def _gate(gate: str, precision: precisions.Precision) -> Setting:
+    """`quant.<gate>_<precision>`: the profile's value, else the precision's default; the option `<gate>` overrides every precision's."""
+
+    def resolve(profile: Profile, options: Options) -> float:
+        given = getattr(options, gate)
+        return given if given is not None else getattr(profile.quant, gate).get(precision.name, getattr(precision, gate))
+
+    return Setting(f"quant.{gate}_{precision.name}", resolve)
+
+
+def check_gates(profile: Profile) -> None:
+    """A gate the profile sets for a precision that has none (a typo: `min_cosine_fp61`) is one line."""
+    for gate in GATES:
+        known = [p.name for p in precisions.gated(gate)]
+        for name in getattr(profile.quant, gate):
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"did you mean {gate}_{close[0]}?" if close else f"the precisions with this gate: {', '.join(known)}"
+                raise ProfileError(f"{profile.source or profile.name}: quant.{gate}_{name}: no precision {name!r} has this gate; {hint}")
+
+
+def settings_registry() -> dict[str, Setting]:
+    """Every setting a stage may declare, by name (the gates follow the precisions)."""
+    settings = [
         Setting("onnx", _onnx_source, file=True),
-        Setting("calib", lambda p, o: Path(o["calib"]).resolve() if o.get("calib") else None, file=True),
+        Setting("calib", lambda p, o: Path(o.calib).resolve() if o.calib else None, file=True),
         Setting("precisions", _precisions),
-        Setting("weak_fp16", lambda p, o: bool(o.get("weak_fp16"))),
+        Setting("weak_fp16", lambda p, o: o.weak_fp16),
         Setting("model", lambda p, o: p.model, key=_model_key),
         Setting("inputs", lambda p, o: p.inputs),
         Setting("dims", lambda p, o: p.dims),
-        Setting("export", lambda p, o: p.export.model_copy(update={"exporter": o["exporter"]}) if o.get("exporter") else p.export),
+        Setting("export", lambda p, o: p.export.model_copy(update={"exporter": o.exporter}) if o.exporter else p.export),
         Setting("optimize", lambda p, o: p.optimize),
         _field("quant", "preset", "preset"),
         # synthetic calibration samples: none are made when --calib gives the data
-        Setting("quant.samples", lambda p, o: None if o.get("calib") else p.quant.samples),
+        Setting("quant.samples", lambda p, o: None if o.calib else p.quant.samples),
         _field("quant", "calibration_method"),
         _field("quant", "int8_float_dtype"),
         _field("quant", "accuracy_samples"),
-        _field("quant", "min_cosine_fp16", "min_cosine"),
-        _field("quant", "min_cosine_int8", "min_cosine"),
-        _field("quant", "min_cosine_fp8", "min_cosine"),
-        _field("quant", "min_cosine_int4", "min_cosine"),
-        _field("quant", "min_cosine_bf16", "min_cosine"),
-        _field("quant", "min_token_agreement_fp16", "min_token_agreement"),
-        _field("quant", "min_token_agreement_int8", "min_token_agreement"),
+        *(_gate(gate, precision) for gate in GATES for precision in precisions.gated(gate)),
         _field("quant", "int4_method"),
         _field("quant", "fp16_exclude_op_types"),
         _field("quant", "fp16_exclude_nodes"),
@@ -104,7 +134,9 @@ REGISTRY: dict[str, Setting] = {
           for name in ("verbosity", "workspace_mib", "optimization_level", "log_severity", "builder", "profile_warmup",
                        "profile_iterations", "bench_warmup", "bench_iterations")),
     ]
-}
+    return {s.name: s for s in settings}
+
+
 OPTIONS = ("onnx", "calib", "precisions", "weak_fp16")  # settings that are not a profile field
 ALWAYS = ("name", "description", "source")  # the profile's identity: not settings
 
@@ -157,12 +189,13 @@ class Settings:
     __slots__ = ("stage", "names", "profile", "_values", "_keys")
 
     def __init__(self, stage: str, profile: Profile, options: Options, names: Iterable[str]):
-        names = tuple(names)
-        unknown = [n for n in names if n not in REGISTRY]
+        names, registry = tuple(names), settings_registry()
+        unknown = [n for n in names if n not in registry]
         if unknown:
-            raise UndeclaredSetting(f"stage {stage!r} declares unknown settings {unknown}; known: {', '.join(REGISTRY)}")
-        values = {n: REGISTRY[n].resolve(profile, options) for n in names}
-        keys = {n: _key(REGISTRY[n], profile, options, values[n]) for n in names}
+            raise UndeclaredSetting(f"stage {stage!r} declares unknown settings {unknown}; known: {', '.join(registry)}")
+        check_gates(profile)
+        values = {n: registry[n].resolve(profile, options) for n in names}
+        keys = {n: _key(registry[n], profile, options, values[n]) for n in names}
         view: dict[str, Any] = {f: getattr(profile, f) for f in ALWAYS}
         for field in Profile.model_fields:
             if field in ALWAYS:

@@ -19,9 +19,7 @@ from pipeline.core.errors import InputError
 from pipeline.core.fileio import require_file
 from pipeline.core.profiles import Profile
 from pipeline.core.samples import make_inputs
-
-CALIBRATION_SEED = 10_000
-HELD_OUT_SEED = 20_000
+from pipeline.core.seeds import CALIBRATION_SEED
 
 
 def synthetic(profile: Profile, samples: int, seed: int = CALIBRATION_SEED) -> dict[str, np.ndarray]:

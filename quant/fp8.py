@@ -20,9 +20,6 @@ from pipeline.core.fileio import atomic_path
 from quant.ptq import PtqResult, check_calibration, held_out_accuracy, opset_of, qdq_counts, run_modelopt
 
 FP8_MIN_OPSET = 21
-FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
-DEFAULT_MIN_COSINE_FP8 = 0.99  # the INT8 gate: FP8 E4M3 keeps 3 mantissa bits, per-tensor scales like INT8
-CALIBRATION_METHODS = ("max",)  # ModelOpt's FP8 calibration; entropy is INT8-only
 
 
 def quantize_fp8(
@@ -36,7 +33,8 @@ def quantize_fp8(
     high_precision_dtype: str = "fp16",
     max_sequence: int | None = None,
     opset: int | None = None,
-    min_cosine: float = DEFAULT_MIN_COSINE_FP8,
+    *,
+    min_cosine: float,
     on_step: Callable[[int, int], None] = lambda done, total: None,
 ) -> PtqResult:
     """Quantize `source` to FP8 Q/DQ and write `target` only if it runs; `reference` is the FP32 outputs
@@ -66,8 +64,7 @@ def quantize_fp8(
 
         onnx.save(model, str(tmp))
         figures = held_out_accuracy(tmp, reference if reference is not None else source, held_out, sum(len(next(iter(b.values()))) for b in held_out))
-    notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)",
-             f"TensorRT builds FP8 on GPUs of compute capability {'.'.join(map(str, FP8_MIN_COMPUTE_CAPABILITY))}+"]
+    notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)"]
     return PtqResult("fp8", "max", samples, opset_of(model), qdq_counts(model), figures, min_cosine,
                      figures["cosine_centered"] >= min_cosine, notes, lint_model(model, max_sequence), preset.name)
 

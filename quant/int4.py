@@ -23,7 +23,6 @@ from quant.ptq import PtqResult, check_calibration, held_out_accuracy, opset_of,
 METHODS = ("awq_clip", "rtn_dq")
 DEFAULT_METHOD = "awq_clip"
 DEFAULT_BLOCK_SIZE = 128
-DEFAULT_MIN_COSINE_INT4 = 0.98  # weight-only 4-bit with 128-wide blocks loses more than INT8/FP8 (0.99)
 
 
 def eligible_gemms(model) -> list[str]:
@@ -42,7 +41,8 @@ def quantize_int4(
     reference=None,
     method: str = DEFAULT_METHOD,
     block_size: int = DEFAULT_BLOCK_SIZE,
-    min_cosine: float = DEFAULT_MIN_COSINE_INT4,
+    *,
+    min_cosine: float,
     on_step: Callable[[int, int], None] = lambda done, total: None,
 ) -> PtqResult:
     """Quantize the MatMul/Gemm weights of `source` to INT4 and write `target` only if it runs;

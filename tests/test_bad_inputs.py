@@ -245,8 +245,8 @@ CASES = {
     # 4. bad input not accepted
     "build from a model with no inputs": Case(("build", "--profile", "tiny.toml", "--onnx", "noinput.onnx", "--out", "o"), "the model has no inputs", new_files=BUILD_LEFTOVERS),
     "build from a model the profile does not feed": Case(("build", "--profile", "tiny.toml", "--onnx", "foreign_inputs.onnx", "--out", "o"), "model input 'tokens' is not in profile tiny-mlp's [[inputs]]", new_files=BUILD_LEFTOVERS),
-    "build --calib without --int8": Case(("build", "--calib", "good.npz"), "--calib is calibration data for the INT8 stage"),
-    "build --preset without --int8": Case(("build", "--preset", "modelopt"), "--preset chooses the INT8 Q/DQ placement"),
+    "build --calib without --int8": Case(("build", "--calib", "good.npz"), "--calib is the calibration data of the INT8/FP8/INT4 stages, which this build does not run"),
+    "build --preset without --int8": Case(("build", "--preset", "modelopt"), "--preset is the Q/DQ placement of the INT8/FP8 stages"),
     "build --min-cosine without a precision": Case(("build", "--min-cosine", "0.9"), "--min-cosine is the accuracy gate"),
     "quantize --calib with --fp16 only": Case(("quantize", "good.onnx", "--fp16", "--calib", "good.npz", "-o", "out.onnx"), "--calib is calibration data for --int8"),
     # 5. inputs are never outputs
@@ -464,16 +464,16 @@ ROWS = {"x": np.zeros((2, 8), np.float32)}
 
 @pytest.mark.parametrize("case, build, call, message", [
     ("int4 on a graph with no eligible weight", _conv_only,
-     lambda src, dst: __import__("quant.int4", fromlist=["x"]).quantize_int4(src, dst, IMAGES, 1, [IMAGES]),
+     lambda src, dst: __import__("quant.int4", fromlist=["x"]).quantize_int4(src, dst, IMAGES, 1, [IMAGES], min_cosine=0.98),
      r"int4: .* has no MatMul/Gemm with a constant 2-D weight, and INT4 is weight-only for those: use --int8 or --fp8"),
     ("fp8 with an opset below 21", _mlp,
-     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, ROWS, 1, [ROWS], opset=19),
+     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, ROWS, 1, [ROWS], opset=19, min_cosine=0.99),
      r"fp8: opset 19 is below 21, .*pass opset >= 21 or leave it unset"),
     ("a preset for another model family", _conv_only,
-     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, IMAGES, 1, [IMAGES], preset_name="decoder"),
+     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, IMAGES, 1, [IMAGES], preset_name="decoder", min_cosine=0.99),
      r"--preset decoder is written for decoder models, but this model is a cnn .*: use --preset cnn"),
     ("calibration smaller than one batch", _mlp,
-     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, ROWS, 4, [ROWS]),
+     lambda src, dst: __import__("quant.fp8", fromlist=["x"]).quantize_fp8(src, dst, ROWS, 4, [ROWS], min_cosine=0.99),
      r"fp8: 2 calibration sample\(s\), max calibration needs at least 4 .*pass more samples"),
 ])
 def test_quant_entry_bad_input(tmp_path, case, build, call, message):

@@ -62,13 +62,15 @@ def test_the_build_stage_records_the_fp8_requirement_and_never_fails(vit):
 
 
 def test_fp8_engines_are_skipped_below_compute_capability_8_9():
-    from quant.fp8 import FP8_MIN_COMPUTE_CAPABILITY
+    from pipeline.precisions import by_name
     from trt.capability import below_compute_capability
 
-    assert "this GPU is 8.6" in below_compute_capability("FP8", FP8_MIN_COMPUTE_CAPABILITY, (8, 6))
-    assert "no GPU's capability" in below_compute_capability("FP8", FP8_MIN_COMPUTE_CAPABILITY, None)
-    assert below_compute_capability("FP8", FP8_MIN_COMPUTE_CAPABILITY, (8, 9)) is None
-    assert below_compute_capability("FP8", FP8_MIN_COMPUTE_CAPABILITY, (9, 0)) is None
+    needs = by_name("fp8").min_compute_capability
+    assert needs == (8, 9)
+    assert "this GPU is 8.6" in below_compute_capability("FP8", needs, (8, 6))
+    assert "no GPU's capability" in below_compute_capability("FP8", needs, None)
+    assert below_compute_capability("FP8", needs, (8, 9)) is None
+    assert below_compute_capability("FP8", needs, (9, 0)) is None
 
 
 def test_fp8_with_the_cnn_preset_leaves_no_lint_finding_on_a_resnet(tmp_path):
@@ -134,12 +136,14 @@ def test_the_build_stage_builds_fp8_only_from_compute_capability_8_9(vit, tmp_pa
 
     from rich.console import Console
 
-    import pipeline.stages.engines as engines
+    import pipeline.stages.build as build
     import trt.builders
     import trt.capability
     from pipeline.core.manifest import Manifest
     from pipeline.core.profiles import load_profile
-    from pipeline.runner import Context, Runner
+    from pipeline.runner import Runner
+    from pipeline.settings import Options
+    from pipeline.stage import Context
 
     built = {}
 
@@ -150,12 +154,12 @@ def test_the_build_stage_builds_fp8_only_from_compute_capability_8_9(vit, tmp_pa
     monkeypatch.setattr(trt.capability, "tensorrt_missing", lambda: None)
     monkeypatch.setattr(trt.capability, "compute_capability", lambda: capability)
     monkeypatch.setattr(trt.builders, "build_and_profile", fake_build)
-    monkeypatch.setattr(engines, "_engine_accuracy", lambda *args: {"not_compared": "stubbed"})
+    monkeypatch.setattr(build, "_engine_accuracy", lambda *args: {"not_compared": "stubbed"})
     out = tmp_path / "o"
     shutil.copytree(vit[0], out)
     profile = load_profile("hf-vit-tiny")
-    ctx = Context(profile, out, Manifest.load_or_new(out / "manifest.json", profile.name), {"fp8": True, "int4": True, "bf16": True})
-    (record,) = Runner(ctx, Console(file=open(tmp_path / "c.txt", "w"))).run([engines.BUILD])
+    ctx = Context(profile, out, Manifest.load_or_new(out / "manifest.json", profile.name), Options(frozenset({"fp8", "int4", "bf16"})))
+    (record,) = Runner(ctx, Console(file=open(tmp_path / "c.txt", "w"))).run([build.STAGE])
     assert record.status == "done"
     assert built == {"fp32": "model.opt.onnx", "int4": "model.int4.onnx", "bf16": "model.bf16.onnx",
                      **({"fp8": "model.fp8.onnx"} if fp8_built else {})}
@@ -166,7 +170,7 @@ def test_the_build_stage_builds_fp8_only_from_compute_capability_8_9(vit, tmp_pa
 
 def test_an_fp16_gate_failure_says_how_to_find_the_nodes_that_lose_accuracy():
     from pipeline.core.errors import StageFailed
-    from pipeline.stages.accuracy import gate
+    from pipeline.stages.shared import gate
 
     figures = {"cosine_centered": 0.998, "cosine": 0.998, "max_abs_diff": 0.3, "samples": 16}
     with pytest.raises(StageFailed, match=r"fp16_exclude_nodes or fp16_exclude_op_types.*quantize model.opt.onnx -o fp16.onnx --fp16 .*compare"):

@@ -163,8 +163,9 @@ def test_a_failed_stage_leaves_no_reference_run_behind(tmp_path, monkeypatch):
     import quant.fp16
     from pipeline.core.errors import StageFailed
     from pipeline.core.manifest import Manifest
-    from pipeline.runner import Context, Runner
-    from pipeline.stages import EXPORT, FP16, OPTIMIZE
+    from pipeline.runner import Runner
+    from pipeline.stage import Context
+    from pipeline.stages import named
 
     def failing(*args, **kwargs):
         raise StageFailed("fp16: AutoCast failed (test)")
@@ -172,7 +173,7 @@ def test_a_failed_stage_leaves_no_reference_run_behind(tmp_path, monkeypatch):
     monkeypatch.setattr(quant.fp16, "convert_fp16", failing)
     ctx = Context(load_profile("bert-tiny"), tmp_path, Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny"))
     with pytest.raises(StageFailed, match="AutoCast failed"):
-        Runner(ctx, Console(file=open(tmp_path / "console.txt", "w"), width=200)).run([EXPORT, OPTIMIZE, FP16])
+        Runner(ctx, Console(file=open(tmp_path / "console.txt", "w"), width=200)).run([named("export"), named("optimize"), named("fp16")])
     assert not [t for t in threading.enumerate() if t.name == "fp32-reference"]
     assert ctx.cache == {}
     assert not (tmp_path / "model.fp16.onnx").exists()
@@ -244,8 +245,9 @@ def test_each_model_is_loaded_into_onnxruntime_once_per_build(tmp_path, monkeypa
 
     from pipeline.core import verify
     from pipeline.core.manifest import Manifest
-    from pipeline.runner import Context, Runner
-    from pipeline.stages import EXPORT, FP16, INT8, OPTIMIZE
+    from pipeline.runner import Runner
+    from pipeline.stage import Context
+    from pipeline.stages import named
 
     opened: list[tuple[str, bool]] = []
     original = verify.OnnxSession.__init__
@@ -256,7 +258,7 @@ def test_each_model_is_loaded_into_onnxruntime_once_per_build(tmp_path, monkeypa
 
     monkeypatch.setattr(verify.OnnxSession, "__init__", counting)
     ctx = Context(load_profile("bert-tiny"), tmp_path, Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny"))
-    records = Runner(ctx, Console(file=open(tmp_path / "console.txt", "w"), width=200)).run([EXPORT, OPTIMIZE, FP16, INT8])
+    records = Runner(ctx, Console(file=open(tmp_path / "console.txt", "w"), width=200)).run([named(n) for n in ("export", "optimize", "fp16", "int8")])
     assert [r.status for r in records] == ["done"] * 4
     checked = [name for name, as_written in opened if not as_written]  # the stages' own checks run the graph as written
     fp16 = [name for name in checked if "fp16" in name]

@@ -9,10 +9,11 @@ from pipeline.core.errors import InputError
 from pipeline.core.profiles import load_profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import make_inputs, stack_batches
+from pipeline.core.seeds import HELD_OUT_SEED
 from pipeline.export import export_model
 from pipeline.optimize import optimize_file
 from quant.accuracy import accuracy, model_outputs
-from quant.calibration import HELD_OUT_SEED, synthetic
+from quant.calibration import synthetic
 from quant.fp8 import FP8_MIN_OPSET, quantize_fp8
 from quant.int4 import eligible_gemms, quantize_int4
 from quant.presets import PRESETS, model_family
@@ -35,7 +36,7 @@ def test_fp8_quantizes_gemm_inputs_to_e4m3_at_opset_21(vit, tmp_path):
     source, calibration, held_out = vit
     reference = model_outputs(source, held_out)
     with captured():
-        result = quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, reference=reference)
+        result = quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, reference=reference, min_cosine=0.99)
     model = onnx.load(str(tmp_path / "fp8.onnx"))
     assert result.opset == FP8_MIN_OPSET and result.method == "max" and result.calibration_samples == 8
     assert result.qdq["dequantize_types"] == {"FLOAT8E4M3FN": result.qdq["dequantize"]} and result.qdq["quantize"] > 0
@@ -53,7 +54,7 @@ def test_fp8_quantizes_gemm_inputs_to_e4m3_at_opset_21(vit, tmp_path):
 def test_int4_is_weight_only_on_matmul_and_gemm(vit, tmp_path, method):
     source, calibration, held_out = vit
     with captured():
-        result = quantize_int4(source, tmp_path / "int4.onnx", calibration, 1, held_out, method=method)
+        result = quantize_int4(source, tmp_path / "int4.onnx", calibration, 1, held_out, method=method, min_cosine=0.98)
     model = onnx.load(str(tmp_path / "int4.onnx"))
     weights = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT4}
     dqs = [n for n in model.graph.node if n.op_type == "DequantizeLinear"]
@@ -71,5 +72,5 @@ def test_int4_is_weight_only_on_matmul_and_gemm(vit, tmp_path, method):
 def test_a_preset_for_another_family_names_the_one_that_fits(vit, tmp_path):
     source, calibration, held_out = vit
     with pytest.raises(InputError, match="--preset cnn is written for cnn models, but this model is a encoder .*use --preset trt-fusion"):
-        quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, preset_name="cnn")
+        quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, preset_name="cnn", min_cosine=0.99)
     assert not (tmp_path / "fp8.onnx").exists() and {p.family for p in PRESETS.values()} == {None, "cnn", "decoder"}

@@ -8,9 +8,11 @@ from rich.console import Console
 from pipeline.core.errors import CapabilityMissing, InputError, StageFailed
 from pipeline.core.manifest import Manifest
 from pipeline.core.profiles import load_profile
-from pipeline.runner import Context, Runner, Stage, StageResult
+from pipeline.runner import Runner
+from pipeline.stage import Context, Stage, StageResult
 
 SETTING_OF = {"export": "bench_iterations", "optimize": "bench_warmup", "fp16": "profile_iterations", "int8": "profile_warmup"}
+READS_FROM = {"export": (), "optimize": ("export.out",), "fp16": ("optimize.out",), "int8": ("optimize.out",)}  # the stage graph
 
 
 class CountingStage:
@@ -20,7 +22,8 @@ class CountingStage:
         self.name, self.runs, self.setting = name, 0, 1
 
     def stage(self) -> Stage:
-        return Stage(self.name, self._run, reads=(f"build.{SETTING_OF[self.name]}",), key_metric=lambda m: f"runs={m['runs']}")
+        return Stage(self.name, self._run, reads=(f"build.{SETTING_OF[self.name]}",), inputs=READS_FROM[self.name],
+                     key_metric=lambda m: f"runs={m['runs']}")
 
     def _run(self, job):
         self.runs += 1
@@ -30,12 +33,12 @@ class CountingStage:
 
 
 def make_runner(tmp_path, *counting: CountingStage, **flags) -> Runner:
-    """A runner on bert-tiny with each counting stage's setting in the profile."""
+    """A runner on bert-tiny with each counting stage's setting in the profile; the counting stages are the catalogue."""
     manifest = Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny")
     profile = load_profile("bert-tiny")
     build = profile.build.model_copy(update={SETTING_OF[c.name]: c.setting for c in counting})
     ctx = Context(profile.model_copy(update={"build": build}), tmp_path, manifest)
-    return Runner(ctx, Console(file=open(tmp_path / "console.txt", "a"), width=200), **flags)
+    return Runner(ctx, Console(file=open(tmp_path / "console.txt", "a"), width=200), catalogue=[c.stage() for c in counting], **flags)
 
 
 def test_unchanged_stage_is_cached_changed_or_forced_reruns(tmp_path):
@@ -109,11 +112,11 @@ def test_an_edited_or_truncated_output_is_not_cached(tmp_path):
 def test_records_of_stages_not_in_this_run_are_kept_and_made_stale_only_by_a_change(tmp_path):
     export, optimize, fp16 = CountingStage("export"), CountingStage("optimize"), CountingStage("fp16")
     make_runner(tmp_path, export, optimize, fp16).run([export.stage(), optimize.stage(), fp16.stage()])
-    make_runner(tmp_path, export, optimize).run([export.stage(), optimize.stage()])  # both cached: fp16 stays valid
+    make_runner(tmp_path, export, optimize, fp16).run([export.stage(), optimize.stage()])  # both cached: fp16 stays valid
     statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
     assert statuses == {"export": "cached", "optimize": "cached", "fp16": "done"}
     optimize.setting = 2  # optimize writes another model: fp16, built from the old one, is out of date
-    make_runner(tmp_path, export, optimize).run([export.stage(), optimize.stage()])
+    make_runner(tmp_path, export, optimize, fp16).run([export.stage(), optimize.stage()])
     fp16_record = next(s for s in json.loads((tmp_path / "manifest.json").read_text())["stages"] if s["name"] == "fp16")
     assert fp16_record["status"] == "stale" and "stage optimize ran again" in fp16_record["reason"]
 
@@ -186,7 +189,7 @@ def test_a_stage_that_runs_again_says_why(tmp_path):
 def test_a_new_version_of_a_declared_package_reruns_the_stage(tmp_path, monkeypatch):
     """The TensorRT version is part of the build's key: a new TensorRT rebuilds the engines."""
     import pipeline.runner
-    from pipeline.stages import BUILD
+    from pipeline.stages.build import STAGE as BUILD
 
     assert "tensorrt" in BUILD.packages
     runs = []

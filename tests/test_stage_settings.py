@@ -8,14 +8,25 @@ import pytest
 from conftest import TESTS, TINY_MLP_PROFILE, write_profile
 from rich.console import Console
 
+from pipeline import precisions
 from pipeline.core.manifest import Manifest
 from pipeline.core.profiles import load_profile
-from pipeline.runner import Context, Runner, Stage, StageResult
-from pipeline.settings import REGISTRY, Settings, UndeclaredSetting
-from pipeline.stages import BF16, EXPORT, FP8, FP16, INT4, INT8, OPTIMIZE, STAGES
+from pipeline.runner import Runner
+from pipeline.settings import Options, Settings, UndeclaredSetting, settings_registry
+from pipeline.stage import Context, Stage, StageResult
+from pipeline.stages import catalogue
 
+STAGES = catalogue()
+EXPORT, OPTIMIZE, FP16, INT8, FP8, INT4, BF16 = (next(s for s in STAGES if s.name == n) for n in ("export", "optimize", "fp16", "int8", "fp8", "int4", "bf16"))
+REGISTRY = settings_registry()
 CPU_STAGES = [EXPORT, OPTIMIZE, FP16, INT8]
 BASE_OPTIONS = {"fp16": True, "int8": True}
+
+
+def as_options(given: dict) -> Options:
+    """Options from the flags as a dict ({"fp16": True, "calib": path}): the precisions' flags and the rest."""
+    flags = {p.name for p in precisions.optional()}
+    return Options(frozenset(name for name in flags if given.get(name)), **{k: v for k, v in given.items() if k not in flags})
 PROFILE = TINY_MLP_PROFILE + "[quant]\nsamples = 4\naccuracy_samples = 4\n"
 
 
@@ -50,13 +61,13 @@ CHANGES = {
     "quant.calibration_method": (lambda p, d: changed(p, quant={"calibration_method": "max"}), NONE),
     "quant.int8_float_dtype": (lambda p, d: changed(p, quant={"int8_float_dtype": "fp16"}), NONE),
     "quant.accuracy_samples": (lambda p, d: changed(p, quant={"accuracy_samples": 3}), NONE),
-    "quant.min_cosine_fp16": (lambda p, d: changed(p, quant={"min_cosine_fp16": 0.99}), NONE),
-    "quant.min_cosine_int8": (lambda p, d: changed(p, quant={"min_cosine_int8": 0.98}), NONE),
-    "quant.min_cosine_fp8": (lambda p, d: changed(p, quant={"min_cosine_fp8": 0.98}), NONE),
-    "quant.min_cosine_int4": (lambda p, d: changed(p, quant={"min_cosine_int4": 0.97}), NONE),
-    "quant.min_cosine_bf16": (lambda p, d: changed(p, quant={"min_cosine_bf16": 0.98}), NONE),
-    "quant.min_token_agreement_fp16": (lambda p, d: changed(p, quant={"min_token_agreement_fp16": 0.9}), NONE),
-    "quant.min_token_agreement_int8": (lambda p, d: changed(p, quant={"min_token_agreement_int8": 0.9}), NONE),
+    "quant.min_cosine_fp16": (lambda p, d: changed(p, quant={"min_cosine": {"fp16": 0.99}}), NONE),
+    "quant.min_cosine_int8": (lambda p, d: changed(p, quant={"min_cosine": {"int8": 0.98}}), NONE),
+    "quant.min_cosine_fp8": (lambda p, d: changed(p, quant={"min_cosine": {"fp8": 0.98}}), NONE),
+    "quant.min_cosine_int4": (lambda p, d: changed(p, quant={"min_cosine": {"int4": 0.97}}), NONE),
+    "quant.min_cosine_bf16": (lambda p, d: changed(p, quant={"min_cosine": {"bf16": 0.98}}), NONE),
+    "quant.min_token_agreement_fp16": (lambda p, d: changed(p, quant={"min_token_agreement": {"fp16": 0.9}}), NONE),
+    "quant.min_token_agreement_int8": (lambda p, d: changed(p, quant={"min_token_agreement": {"int8": 0.9}}), NONE),
     "quant.int4_method": (lambda p, d: changed(p, quant={"int4_method": "rtn_dq"}), NONE),
     "quant.fp16_exclude_op_types": (lambda p, d: changed(p, quant={"fp16_exclude_op_types": ["Gelu"]}), NONE),
     "quant.fp16_exclude_nodes": (lambda p, d: changed(p, quant={"fp16_exclude_nodes": ["no_such_node"]}), NONE),
@@ -89,12 +100,13 @@ def test_a_setting_changes_the_key_of_exactly_the_stages_that_read_it(tiny, name
     edit_profile, edit_options = CHANGES[name]
     after_profile, after_options = edit_profile(profile, folder), {**BASE_OPTIONS, **edit_options(folder)}
     moved = {stage.name for stage in STAGES
-             if Settings(stage.name, profile, BASE_OPTIONS, stage.reads).keys() != Settings(stage.name, after_profile, after_options, stage.reads).keys()}
+             if Settings(stage.name, profile, as_options(BASE_OPTIONS), stage.reads).keys()
+             != Settings(stage.name, after_profile, as_options(after_options), stage.reads).keys()}
     assert moved == {stage.name for stage in STAGES if name in stage.reads}
 
 
 def run(profile, folder, options, stages=CPU_STAGES):
-    ctx = Context(profile, folder, Manifest.load_or_new(folder / "manifest.json", profile.name), dict(options))
+    ctx = Context(profile, folder, Manifest.load_or_new(folder / "manifest.json", profile.name), as_options(options))
     with open(folder / "console.txt", "a") as console:
         return {r.name: r for r in Runner(ctx, Console(file=console, width=200)).run(stages)}
 
@@ -131,7 +143,7 @@ def test_changing_a_setting_reruns_exactly_the_stages_that_read_it(tiny, first_r
 
 def test_a_stage_reading_a_setting_it_did_not_declare_fails(tiny, tmp_path):
     profile, _ = tiny
-    settings = Settings("int8", profile, {"preset": "modelopt", "calib": None}, ("quant.preset", "dims"))
+    settings = Settings("int8", profile, Options(preset="modelopt"), ("quant.preset", "dims"))
     assert settings.profile.quant.preset == "modelopt" and settings.profile.dims == profile.dims
     for read in (lambda: settings.profile.quant.samples, lambda: settings.profile.build, lambda: settings.profile.inputs,
                  lambda: settings.calib):
@@ -233,7 +245,7 @@ def test_a_library_failing_on_a_valid_model_is_a_failed_stage(tiny, first_run, t
     profile, _ = tiny
     out = tmp_path / "out"
     shutil.copytree(first_run, out)
-    ctx = Context(profile, out, Manifest.load_or_new(out / "manifest.json", profile.name), dict(BASE_OPTIONS))
+    ctx = Context(profile, out, Manifest.load_or_new(out / "manifest.json", profile.name), as_options(BASE_OPTIONS))
     with pytest.raises(StageFailed) as info:
         Runner(ctx, Console(file=open(tmp_path / "c.txt", "w")), force=True).run(CPU_STAGES)
     assert info.value.exit_code == 1
@@ -245,7 +257,7 @@ def test_a_library_failing_on_a_valid_model_is_a_failed_stage(tiny, first_run, t
 def test_calibration_batches_come_from_the_profile_that_describes_the_model(tiny, first_run):
     """quantize --int8 --calib without --profile used bert-tiny's batch for any model: a profile describing
     other inputs says nothing of this model's batch (1), the model's own profile does (opt 4)."""
-    from pipeline.stages.int8 import calibration_batch
+    from pipeline.stages.shared import calibration_batch
 
     profile, _ = tiny
     model = first_run / "model.opt.onnx"  # dynamic batch

@@ -97,7 +97,7 @@ def test_bench_bad_inputs(tmp_path):
     missing = run_cli("bench", str(tmp_path / "nope.onnx"))
     assert missing.returncode == 2 and "no such model file or artifacts folder" in missing.stderr
     empty = run_cli("bench", str(tmp_path))
-    assert empty.returncode == 2 and "run `python -m pipeline build` first" in empty.stderr
+    assert empty.returncode == 2 and "no manifest.json, so not a build's output folder; run `python -m pipeline build --out" in empty.stderr
     (tmp_path / "m.onnx").write_bytes(b"x")
     batch = run_cli("bench", str(tmp_path / "m.onnx"), "--batch", "4")
     assert batch.returncode == 2 and "has no dynamic 'batch' dim" in batch.stderr

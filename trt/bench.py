@@ -1,5 +1,5 @@
 """Latency benchmark of one or more models: TensorRT engines (CUDA events), onnxruntime on CUDA
-or CPU (wall time). FP32, FP16 and INT8 side by side in one run, results as JSON plus a PNG."""
+or CPU (wall time). A build's precisions side by side in one run, results as JSON plus a PNG."""
 
 from __future__ import annotations
 
@@ -21,13 +21,16 @@ def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: 
         raise CapabilityMissing(f"onnxruntime has no {provider} here")
     from pipeline.core.onnxfile import load_onnx
 
-    load_onnx(path, hint="pass an ONNX model, or an artifacts folder with model.opt/fp16/int8.onnx")
+    load_onnx(path, hint="pass an ONNX model, or a build's output folder")
     options = ort.SessionOptions()
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(str(path), options, providers=[provider])
     except Exception as err:  # onnxruntime raises its own untyped errors
-        raise InputError(f"{path}: onnxruntime cannot load it: {str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from err
+        message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "NOT_IMPLEMENTED" in message:  # a valid model with ops or types this provider has no kernel for (BF16 on the CPU)
+            raise CapabilityMissing(f"{path}: onnxruntime's {provider} has no kernel for it ({message})") from err
+        raise InputError(f"{path}: onnxruntime cannot load it: {message}") from err
     if session.get_providers()[0] != provider:
         raise CapabilityMissing(f"onnxruntime could not start {provider} for {path} (no usable GPU?)")
     wanted = {i.name for i in session.get_inputs()}
@@ -59,27 +62,42 @@ def summarize(times_ms: list[float], batch: int) -> dict[str, float]:
     }
 
 
-def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], warmup: int, iterations: int, on_step=lambda label, done, total: None) -> dict[str, Any]:
+def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], warmup: int, iterations: int, on_step=lambda label, done, total: None,
+          skip_unsupported: bool = False) -> dict[str, Any]:
+    """Time each model. `skip_unsupported`: a model the backend has no kernels for is listed in `not_timed` with
+    why, and the others are timed (a build's BF16 model on onnxruntime's CPU provider); unless none can be."""
     if backend not in BACKENDS:
         raise InputError(f"--backend {backend!r}: use one of {', '.join(BACKENDS)}")
     batch = int(next(iter(feeds.values())).shape[0])
-    results = {}
+    results, not_timed = {}, {}
     for label, path in models.items():
         if not path.is_file():
             raise InputError(f"{path}: no such model file")
         step = lambda done, total, label=label: on_step(label, done, total)  # noqa: E731
-        if backend == "trt":
-            from trt.run import time_engine
-
-            times = time_engine(path, feeds, warmup, iterations, step)
-        else:
-            provider = "CUDAExecutionProvider" if backend == "ort-cuda" else "CPUExecutionProvider"
-            times = _ort_times(path, feeds, provider, warmup, iterations, step)
+        try:
+            times = _times(path, backend, feeds, warmup, iterations, step)
+        except CapabilityMissing as err:
+            if not skip_unsupported:
+                raise
+            not_timed[label] = str(err)
+            continue
         results[label] = {"model": str(path), **summarize(times, batch)}
+    if not results and not_timed:
+        raise CapabilityMissing(next(iter(not_timed.values())))
     return {
         "backend": backend, "timing": "CUDA events (device)" if backend == "trt" else "wall clock per run",
         "batch": batch, "input_shapes": {k: list(v.shape) for k, v in feeds.items()}, "warmup": warmup, "models": results,
+        **({"not_timed": not_timed} if not_timed else {}),
     }
+
+
+def _times(path: Path, backend: str, feeds: dict[str, np.ndarray], warmup: int, iterations: int, step) -> list[float]:
+    if backend == "trt":
+        from trt.run import time_engine
+
+        return time_engine(path, feeds, warmup, iterations, step)
+    provider = "CUDAExecutionProvider" if backend == "ort-cuda" else "CPUExecutionProvider"
+    return _ort_times(path, feeds, provider, warmup, iterations, step)
 
 
 def plot(result: dict[str, Any], png: Path) -> None:

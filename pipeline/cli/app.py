@@ -8,14 +8,17 @@ Only light modules are imported here; each command imports its stage's heavy dep
 from __future__ import annotations
 
 import errno
+import functools
+import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
-from pipeline import __version__, interrupts
+from pipeline import __version__, interrupts, precisions
 from pipeline.core.errors import PipelineError, first_line
 from pipeline.core.text import printable, printable_json
 
@@ -55,6 +58,27 @@ _debug = False
 ProfileOption = Annotated[
     str, typer.Option("--profile", "-p", help="Profile name (profiles/NAME.toml) or path to a .toml file.")
 ]
+
+
+def precision_flags(command: Callable) -> Callable:
+    """A `--<name>` flag for each precision of the registry, placed where `command` takes `precisions`;
+    the command receives the names of those given, as a frozenset."""
+    signature = inspect.signature(command, eval_str=True)
+    flags = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, default=False,
+                               annotation=Annotated[bool, typer.Option(f"--{p.name}", help=p.help)]) for p in precisions.optional()]
+    parameters = []
+    for parameter in signature.parameters.values():
+        parameters += flags if parameter.name == "precisions" else [parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY)]
+
+    @functools.wraps(command)
+    def with_flags(**given):
+        chosen = frozenset(p.name for p in precisions.optional() if given.pop(p.name))
+        return command(precisions=chosen, **given)
+
+    del with_flags.__wrapped__  # typer reads the signature below, not the command's
+    with_flags.__signature__ = signature.replace(parameters=parameters)
+    with_flags.__annotations__ = {p.name: p.annotation for p in parameters}
+    return with_flags
 
 
 def _version(value: bool) -> None:

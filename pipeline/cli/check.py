@@ -1,14 +1,13 @@
-"""Commands that check models: lint-qdq (Q/DQ placement), compare (where two models diverge), bench (latency)."""
+"""Commands that check models: lint-qdq (Q/DQ placement), compare (where two models diverge)."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import ProfileOption, app, console, emit, stdout_console
+from pipeline.cli.app import app, console, emit
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 
@@ -345,83 +344,3 @@ def _fold_submodules(rows: list[dict]) -> list:
             folded.append(groups[owner])
         groups[owner].append(r)
     return folded
-
-
-class Backend(str, Enum):
-    trt = "trt"
-    ort_cuda = "ort-cuda"
-    ort_cpu = "ort-cpu"
-
-
-@app.command(
-    help=(
-        "Latency (p50/p90/p99, mean) and throughput of a model, or of a build's FP32/FP16/INT8 models side by side "
-        "when ARTIFACT is an artifacts folder. trt: engines, CUDA events; ort-cuda / ort-cpu: ONNX files on "
-        "onnxruntime, wall time. Writes JSON and a PNG plot beside it.\n\n"
-        "Examples:\n\n"
-        "  python -m pipeline bench artifacts/bert-tiny --backend ort-cpu\n\n"
-        "  python -m pipeline bench artifacts/bert-tiny/model.int8.onnx --backend ort-cpu -o int8.json\n\n"
-        "  python -m pipeline bench artifacts/bert-tiny --backend trt --iterations 1000"
-    )
-)
-def bench(
-    artifact: Annotated[Path, typer.Argument(help="A model (.onnx / .engine) or an artifacts folder.")],
-    backend: Annotated[Backend, typer.Option(help="What runs the models.")] = Backend.ort_cpu,
-    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 10,
-    iterations: Annotated[int, typer.Option(min=1, help="Timed runs per model.")] = 100,
-    batch: Annotated[Optional[int], typer.Option(min=1, help="Batch size, for profiles with a dynamic 'batch' dim.")] = None,
-    profile: ProfileOption = DEFAULT_PROFILE,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results JSON [default: <folder>/bench.<backend>.json]; the PNG goes beside it.")] = None,
-) -> None:
-    from rich.progress import Progress
-
-    from pipeline.core.fileio import check_outputs, write_json
-    from pipeline.core.profiles import load_profile
-    from pipeline.core.samples import make_inputs
-    from trt.bench import bench as run_bench
-    from trt.bench import plot
-
-    loaded = load_profile(profile)
-    if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
-        from pipeline.core.errors import CapabilityMissing
-        from trt.capability import docker_command, profile_argument, tensorrt_missing
-
-        missing = tensorrt_missing()
-        if missing:
-            arguments = ["bench", artifact, "--backend", "trt", "--warmup", str(warmup), "--iterations", str(iterations), "--profile", profile_argument(loaded)]
-            arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
-            raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
-                                    f"from this folder: {docker_command(arguments)}")
-    models = _bench_models(artifact, backend.value)
-    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
-    check_outputs([target, target.with_suffix(".png")], list(models.values()))
-    dims = {}
-    if batch is not None:
-        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
-            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
-        dims["batch"] = batch
-    feeds = make_inputs(loaded, seed=4, dims=dims)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("benchmark", total=iterations * len(models))
-        result = run_bench(models, backend.value, feeds, warmup, iterations,
-                           on_step=lambda label, done, total: progress.update(task, description=f"{label} {done}/{total}", advance=1))
-    write_json(target, result)
-    plot(result, target.with_suffix(".png"))
-    out = stdout_console()
-    for label, row in result["models"].items():
-        out.print(f"{label:>6}: p50 {row['p50_ms']:.3f} ms, p90 {row['p90_ms']:.3f}, p99 {row['p99_ms']:.3f}, mean {row['mean_ms']:.3f}, "
-                  f"{row['throughput_per_s']:.1f}/s", highlight=False, markup=False)
-    out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False, markup=False)
-
-def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
-    """One model, or a build folder's FP32 / FP16 / INT8 models for this backend."""
-    if artifact.is_file():
-        return {artifact.stem: artifact}
-    if not artifact.is_dir():
-        raise PipelineError(f"{artifact}: no such model file or artifacts folder; pass a .onnx/.engine file or a build's output folder")
-    names = {"fp32": "fp32.engine", "fp16": "fp16.engine", "int8": "int8.engine"} if backend == "trt" else {
-        "fp32": "model.opt.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
-    models = {label: artifact / name for label, name in names.items() if (artifact / name).is_file()}
-    if not models:
-        raise PipelineError(f"{artifact}: none of {', '.join(names.values())} here; run `python -m pipeline build` first")
-    return models

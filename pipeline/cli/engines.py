@@ -1,4 +1,4 @@
-"""Commands that read what TensorRT wrote: report (one engine) and diff (two engines, region by region)."""
+"""Commands on what a build made: report (one engine), diff (two engines, region by region), bench (latency)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, emit
+from pipeline.cli.app import ProfileOption, app, console, emit, stdout_console
+from pipeline.core import DEFAULT_PROFILE
+from pipeline.core.errors import PipelineError
 
 
 class OutputFormat(str, Enum):
@@ -69,15 +71,19 @@ def report(
     help=(
         "Compare two engines of one model (typically FP16 vs INT8) region by region (a region is a Myelin graph or a "
         "standalone layer): regions of A that B cuts into several, with the Q/DQ pairs at each cut, and the reverse; "
-        "precision changes per region; per-module layer and time deltas.\n\n"
+        "precision changes per region; per-module layer and time deltas. A and B are layer information files, or A is "
+        "a build's output folder and --a/--b name two of its engines.\n\n"
         "Examples:\n\n"
         "  python -m pipeline diff fp16.layers.json int8.layers.json --onnx-a model.fp16.onnx --onnx-b model.int8.onnx\n\n"
+        "  python -m pipeline diff artifacts/my-model --a fp16 --b fp8 -f html -o diff.html\n\n"
         "  python -m pipeline diff a.json b.json --timing-a a.profile.json --timing-b b.profile.json -f md -o diff.md"
     )
 )
 def diff(
-    a: Annotated[Path, typer.Argument(help="Layer information of engine A (the reference, e.g. FP16).")],
-    b: Annotated[Path, typer.Argument(help="Layer information of engine B (e.g. INT8).")],
+    a: Annotated[Path, typer.Argument(help="Layer information of engine A (the reference, e.g. FP16), or a build's output folder.")],
+    b: Annotated[Optional[Path], typer.Argument(help="Layer information of engine B (e.g. INT8); none when A is a build folder.")] = None,
+    a_precision: Annotated[Optional[str], typer.Option("--a", help="A build folder's engine A [default: fp16 if built, else fp32].")] = None,
+    b_precision: Annotated[Optional[str], typer.Option("--b", help="A build folder's engine B [default: its first quantized engine].")] = None,
     onnx_a: Annotated[Optional[Path], typer.Option(help="ONNX file engine A was built from.")] = None,
     onnx_b: Annotated[Optional[Path], typer.Option(help="ONNX file engine B was built from (finds the Q/DQ pair at each cut).")] = None,
     timing_a: Annotated[Optional[Path], typer.Option(help="trtexec --exportProfile JSON of A.")] = None,
@@ -93,5 +99,115 @@ def diff(
     from trt.diff import diff_from_files
     from trt.render import render
 
+    if a.is_dir():
+        if b is not None or onnx_a or onnx_b or timing_a or timing_b:
+            raise PipelineError(f"diff {a}: a build folder gives both engines and their files; choose them with --a and --b, not {b or 'the file options'}")
+        engine_a, engine_b = _engines_of_build(a, a_precision, b_precision)
+        a, onnx_a, timing_a = engine_a.layers, engine_a.onnx, engine_a.profile
+        b, onnx_b, timing_b = engine_b.layers, engine_b.onnx, engine_b.profile
+    elif b is None or a_precision or b_precision:
+        raise PipelineError("diff: give two layer information files (A B), or a build's output folder with --a and --b")
     data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth, build_a, build_b)
     emit(render(data, fmt.value, "diff", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+
+
+def _engines_of_build(folder: Path, a: Optional[str], b: Optional[str]):
+    """The two engines of a build folder `diff` compares: those named, else the float reference and the first quantized one."""
+    from pipeline.artifacts import read_build
+
+    engines = {name: built for name, built in read_build(folder)[1].items() if built.layers is not None}
+    if len(engines) < 2:
+        raise PipelineError(f"{folder}: {len(engines)} engine(s) with layer information ({', '.join(engines) or 'none'}); diff needs two: "
+                            "build them on a machine with TensorRT (python -m pipeline build ... --strict)")
+    a = a or ("fp16" if "fp16" in engines else next(iter(engines)))
+    b = b or next((name for name, built in engines.items() if built.precision.quantized and name != a), None)
+    for flag, name in (("--a", a), ("--b", b)):
+        if name not in engines:
+            raise PipelineError(f"{flag} {name}: {folder} has no such engine; its engines: {', '.join(engines)}")
+    return engines[a], engines[b]
+
+
+class Backend(str, Enum):
+    trt = "trt"
+    ort_cuda = "ort-cuda"
+    ort_cpu = "ort-cpu"
+
+
+@app.command(
+    help=(
+        "Latency (p50/p90/p99, mean) and throughput of a model, or of every precision of a build side by side "
+        "when ARTIFACT is its output folder. trt: engines, CUDA events; ort-cuda / ort-cpu: ONNX files on "
+        "onnxruntime, wall time. Writes JSON and a PNG plot beside it.\n\n"
+        "Examples:\n\n"
+        "  python -m pipeline bench artifacts/bert-tiny --backend ort-cpu\n\n"
+        "  python -m pipeline bench artifacts/bert-tiny/model.int8.onnx --backend ort-cpu -o int8.json\n\n"
+        "  python -m pipeline bench artifacts/bert-tiny --backend trt --iterations 1000"
+    )
+)
+def bench(
+    artifact: Annotated[Path, typer.Argument(help="A model (.onnx / .engine) or an artifacts folder.")],
+    backend: Annotated[Backend, typer.Option(help="What runs the models.")] = Backend.ort_cpu,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 10,
+    iterations: Annotated[int, typer.Option(min=1, help="Timed runs per model.")] = 100,
+    batch: Annotated[Optional[int], typer.Option(min=1, help="Batch size, for profiles with a dynamic 'batch' dim.")] = None,
+    profile: ProfileOption = DEFAULT_PROFILE,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results JSON [default: <folder>/bench.<backend>.json]; the PNG goes beside it.")] = None,
+) -> None:
+    from rich.progress import Progress
+
+    from pipeline.core import seeds
+    from pipeline.core.fileio import check_outputs, write_json
+    from pipeline.core.profiles import load_profile
+    from pipeline.core.samples import make_inputs
+    from trt.bench import bench as run_bench
+    from trt.bench import plot
+
+    loaded = load_profile(profile)
+    if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
+        from pipeline.core.errors import CapabilityMissing
+        from trt.capability import docker_command, profile_argument, tensorrt_missing
+
+        missing = tensorrt_missing()
+        if missing:
+            arguments = ["bench", artifact, "--backend", "trt", "--warmup", str(warmup), "--iterations", str(iterations), "--profile", profile_argument(loaded)]
+            arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
+            raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
+                                    f"from this folder: {docker_command(arguments)}")
+    models = _bench_models(artifact, backend.value)
+    target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
+    check_outputs([target, target.with_suffix(".png")], list(models.values()))
+    dims = {}
+    if batch is not None:
+        if "batch" not in loaded.dims or not loaded.dims["batch"].min <= batch <= loaded.dims["batch"].max:
+            raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
+        dims["batch"] = batch
+    feeds = make_inputs(loaded, seed=seeds.BENCH, dims=dims)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmark", total=iterations * len(models))
+        result = run_bench(models, backend.value, feeds, warmup, iterations, skip_unsupported=artifact.is_dir(),
+                           on_step=lambda label, done, total: progress.update(task, description=f"{label} {done}/{total}", advance=1))
+    write_json(target, result)
+    plot(result, target.with_suffix(".png"))
+    out = stdout_console()
+    for label, row in result["models"].items():
+        out.print(f"{label:>6}: p50 {row['p50_ms']:.3f} ms, p90 {row['p90_ms']:.3f}, p99 {row['p99_ms']:.3f}, mean {row['mean_ms']:.3f}, "
+                  f"{row['throughput_per_s']:.1f}/s", highlight=False, markup=False)
+    for label, why in result.get("not_timed", {}).items():
+        out.print(f"{label:>6}: not timed: {why}", highlight=False, markup=False)
+    out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False, markup=False)
+
+def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
+    """One model, or every precision a build folder holds for this backend (its engines, or its ONNX models)."""
+    if artifact.is_file():
+        return {artifact.stem: artifact}
+    if not artifact.is_dir():
+        raise PipelineError(f"{artifact}: no such model file or artifacts folder; pass a .onnx/.engine file or a build's output folder")
+    from pipeline.artifacts import read_build
+
+    built = read_build(artifact)[1].values()
+    models = {b.precision.name: b.engine if backend == "trt" else b.onnx for b in built}
+    models = {name: path for name, path in models.items() if path is not None}
+    if not models:
+        what = "engines" if backend == "trt" else "models"
+        raise PipelineError(f"{artifact}: its build recorded no usable {what}; run `python -m pipeline build` (with --strict where TensorRT is) first")
+    return models

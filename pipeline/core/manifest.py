@@ -18,32 +18,7 @@ from pipeline.core.errors import InputError
 from pipeline.core.fileio import describe_os_error, write_json
 
 Status = Literal["done", "cached", "skipped", "failed", "interrupted", "stale"]
-STAGES = ("export", "optimize", "fp16", "int8", "fp8", "int4", "bf16", "build", "report", "diff", "bench")
-# what each stage reads: a stage is stale when one of these ran again after it
-DEPENDS_ON = {
-    "export": (),
-    "optimize": ("export",),
-    "fp16": ("optimize",),
-    "int8": ("optimize",),
-    "fp8": ("optimize",),
-    "int4": ("optimize",),
-    "bf16": ("optimize",),
-    "build": ("optimize", "fp16", "int8", "fp8", "int4", "bf16"),
-    "report": ("build",),
-    "diff": ("build",),
-    "bench": ("build",),
-}
 USABLE = ("done", "cached", "skipped")
-
-
-def downstream(stage: str) -> set[str]:
-    """Every stage that reads, directly or not, what `stage` writes."""
-    found: set[str] = set()
-    frontier = {stage}
-    while frontier:
-        frontier = {s for s, needs in DEPENDS_ON.items() if frontier & set(needs)} - found
-        found |= frontier
-    return found
 
 
 @dataclass
@@ -65,6 +40,7 @@ class Manifest:
     path: Path
     profile: str
     stages: list[StageRecord] = field(default_factory=list)
+    order: tuple[str, ...] = ()  # the stages in pipeline order (the runner's); records are kept in it
 
     @classmethod
     def load_or_new(cls, path: Path, profile: str) -> Manifest:
@@ -83,7 +59,7 @@ class Manifest:
         if self.path.exists():
             _, self.stages = _read(self.path, self.profile)
         self.stages = [s for s in self.stages if s.name != record.name] + [record]
-        order = {name: i for i, name in enumerate(STAGES)}
+        order = {name: i for i, name in enumerate(self.order)}
         self.stages.sort(key=lambda s: order.get(s.name, len(order)))
         self.save()
 

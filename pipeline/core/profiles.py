@@ -165,6 +165,9 @@ class OptimizeSection(_Section):
     tolerance: float = Field(default=1e-5, gt=0, description="max |input - optimized| on onnxruntime CPU")
 
 
+GATES = ("min_cosine", "min_token_agreement")  # accuracy gates a profile sets per precision
+
+
 class QuantSection(_Section):
     """Settings of the fp16, int8, fp8, int4 and bf16 stages."""
 
@@ -177,16 +180,34 @@ class QuantSection(_Section):
         default="fp32", description="dtype of the INT8 model's non-quantized parts (ModelOpt high_precision_dtype)"
     )
     accuracy_samples: int = Field(default=16, ge=1, le=4096, description="held-out samples for the accuracy check")
-    min_cosine_fp16: float = Field(default=0.999, ge=0, le=1)
-    min_cosine_int8: float = Field(default=0.99, ge=0, le=1)
-    min_cosine_fp8: float = Field(default=0.99, ge=0, le=1, description="FP8 E4M3 keeps 3 mantissa bits, per-tensor scales like INT8")
-    min_cosine_int4: float = Field(default=0.98, ge=0, le=1, description="weight-only 4-bit, 128-wide blocks")
-    min_cosine_bf16: float = Field(default=0.99, ge=0, le=1, description="BF16 keeps 8 mantissa bits to FP16's 11")
+    min_cosine: dict[str, float] = Field(default_factory=dict, description="accuracy gate vs FP32 (cosine_centered) by precision, "
+                                         "written min_cosine_<precision> [default: the precision's, pipeline/precisions.py]")
     int4_method: Literal["awq_clip", "rtn_dq"] = Field(default="awq_clip", description="AWQ (calibrated) or round to nearest (no data)")
-    min_token_agreement_fp16: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
-    min_token_agreement_int8: float = Field(default=0.5, ge=0, le=1, description="a decoder's greedy tokens equal to FP32's (share)")
+    min_token_agreement: dict[str, float] = Field(default_factory=dict, description="a decoder's gate by precision: share of greedy tokens "
+                                                  "equal to FP32's, written min_token_agreement_<precision>")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gates_by_precision(cls, data: Any) -> Any:
+        """`min_cosine_int8 = 0.99`, as a profile writes it, is min_cosine["int8"]. Which precisions have a
+        gate is the pipeline's to say (pipeline/precisions.py): the settings check the names."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for gate in GATES:
+            for key in [k for k in data if k.startswith(gate + "_")]:
+                data[gate] = {**data.get(gate, {}), key.removeprefix(gate + "_"): data.pop(key)}
+        return data
+
+    @field_validator(*GATES)
+    @classmethod
+    def _fractions(cls, gates: dict[str, float], info) -> dict[str, float]:
+        for precision, value in gates.items():
+            if not 0 <= value <= 1:
+                raise ValueError(f"{info.field_name}_{precision} = {value}: a gate is a share, within 0..1")
+        return gates
 
 
 class BuildSection(_Section):

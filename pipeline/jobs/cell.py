@@ -19,15 +19,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pipeline import precisions as registry
+from pipeline.artifacts import Built, read_build
 from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
 from pipeline.core.fileio import write_json
 from pipeline.jobs import provenance
 from pipeline.jobs.plan import Cell
 from pipeline.jobs.spec import Matrix
 from pipeline.jobs.store import CELL_SCHEMA, cell_path, claim_store
-
-_MODEL_FILES = {"fp32": "model.opt.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
-_UNTIL = {"fp32": "optimize", "fp16": "fp16", "int8": "int8"}
 
 
 def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
@@ -93,9 +92,11 @@ def _build_and_time(cell: Cell, out: Path, record: dict[str, Any]) -> None:
     built = time.monotonic()
     _build(cell, folder, log)
     record["build"] = {"folder": str(folder), "log": str(log), "seconds": round(time.monotonic() - built, 3)}
-    model = folder / (f"{cell.precision}.engine" if cell.backend == "trt" else _MODEL_FILES[cell.precision])
-    if not model.is_file():
-        raise PipelineError(f"the build wrote no {model.name} (see {log})")
+    built = read_build(folder)[1].get(cell.precision)
+    model = (built.engine if cell.backend == "trt" else built.onnx) if built else None
+    if model is None:
+        what = "engine" if cell.backend == "trt" else "model"
+        raise PipelineError(f"the build recorded no usable {cell.precision} {what} (see {log})")
     _time(cell, model, record)
     record["provenance"]["gpu_after"] = provenance.gpu_state()
     after = record["provenance"]["gpu_after"]
@@ -103,17 +104,18 @@ def _build_and_time(cell: Cell, out: Path, record: dict[str, Any]) -> None:
         record["validity"].append(f"GPU throttled: {', '.join(after['throttle_reasons'])}")
         record["valid"] = False
     if cell.backend == "trt":
-        record["engine"] = _engine(folder, cell.precision, model)
+        record["engine"] = _engine(folder, built)
 
 
 def _build(cell: Cell, folder: Path, log: Path) -> None:
     command = [sys.executable, "-m", "pipeline", "build", "--profile", _profile_for_build(cell, folder), "--out", str(folder), "--wait"]
     if cell.onnx:
         command += ["--onnx", cell.onnx]
-    if cell.precision != "fp32":
-        command.append(f"--{cell.precision}")
+    precision = registry.by_name(cell.precision)
+    if precision.module is not None:
+        command.append(f"--{precision.name}")
     if cell.backend != "trt":
-        command += ["--until", _UNTIL[cell.precision]]
+        command += ["--until", precision.stage]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as stream:
         done = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "160"})
@@ -126,7 +128,7 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
     """The profile, or for a builder setting other than its own, a copy with [build] changed (in the artifacts folder)."""
     if not cell.builder:
         return cell.profile
-    import tomli_w
+    import tomlkit
 
     from pipeline.core.profiles import load_profile
 
@@ -141,7 +143,7 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
     derived = folder / "profile.toml"
     from pipeline.core.fileio import write_text
 
-    write_text(derived, tomli_w.dumps(data))
+    write_text(derived, tomlkit.dumps(data))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(profile.folder), os.environ.get("PYTHONPATH")]))
     return str(derived)
 
@@ -184,7 +186,7 @@ def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
     record["valid"] = not short
 
 
-def _engine(folder: Path, precision: str, engine: Path) -> dict[str, Any]:
+def _engine(folder: Path, built: Built) -> dict[str, Any]:
     """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py),
     and the build's own accuracy figures for it."""
     import json
@@ -193,9 +195,8 @@ def _engine(folder: Path, precision: str, engine: Path) -> dict[str, Any]:
     from pipeline.core.fileio import sha256_file
     from trt.report import report_from_files
 
-    layers = folder / f"{precision}.layers.json"
-    onnx = folder / _MODEL_FILES[precision]
-    report = report_from_files(layers, onnx=onnx if onnx.is_file() else None)
+    precision, engine = built.precision.name, built.engine
+    report = report_from_files(built.layers, onnx=built.onnx)
     accuracy = None
     try:
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))

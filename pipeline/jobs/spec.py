@@ -2,7 +2,7 @@
 
 ```toml
 name = "cpu-tiny"
-precisions = ["fp32", "fp16", "int8"]
+precisions = ["fp32", "fp16", "int8"]    # any of pipeline/precisions.py
 backends = ["ort-cpu", "trt"]
 repeats = 3
 [[models]]
@@ -22,15 +22,16 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from pipeline import precisions as registry
+from pipeline.core import seeds
 from pipeline.core.errors import InputError, ProfileError
 from pipeline.core.profiles import Profile, load_profile
 from pipeline.core.tomlfile import describe_validation_error, read_toml
 
-Precision = Literal["fp32", "fp16", "int8"]
 Backend = Literal["trt", "ort-cuda", "ort-cpu"]
 GPU_BACKENDS = ("trt", "ort-cuda")
 
@@ -88,7 +89,7 @@ class Method(_Section):
     min_duration_ms: float = Field(default=3000, gt=0)
     min_iterations: int = Field(default=10, ge=1)
     cuda_graphs: bool = Field(default=False, description="recorded; trt/bench.py times without CUDA graphs")
-    seed: int = Field(default=4, ge=0, description="seed of the profile's random inputs")
+    seed: int = Field(default=seeds.BENCH, ge=0, description="seed of the profile's random inputs")
 
 
 class Cluster(_Section):
@@ -121,11 +122,17 @@ class Cluster(_Section):
         return self
 
 
+def _known_precision(name: str) -> str:
+    if name not in registry.names():
+        raise ValueError(f"{name!r} is not known: use one of {', '.join(registry.names())}")
+    return name
+
+
 class Matrix(_Section):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$", description="lowercase, digits, dashes (a Kubernetes name)")
     description: str = ""
     models: list[ModelEntry] = Field(min_length=1)
-    precisions: list[Precision] = Field(min_length=1)
+    precisions: list[Annotated[str, AfterValidator(_known_precision)]] = Field(min_length=1)
     backends: list[Backend] = Field(min_length=1)
     repeats: int = Field(default=3, ge=1, le=100)
     builder: BuilderSweep = BuilderSweep()

@@ -7,20 +7,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.core.profiles import Profile
-from pipeline.runner import Job, Stage, StageResult
-from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
-from pipeline.stages.fp16 import shape_checks
+from pipeline.core.profiles import QuantSection
+from pipeline.stage import Job, Stage, StageResult
+from pipeline.stages.shared import (
+    HELD_OUT_READS,
+    QuantizeRequest,
+    accuracy,
+    autocast_line,
+    fp32_reference,
+    gate,
+    held_out,
+    request_settings,
+    shape_checks,
+    zero_checks,
+)
 
 
-def convert(profile: Profile, source: Path, target: Path, checks: list[dict], log: Path | None = None):
-    """AutoCast `source` to BF16 into `target` with the profile's exclusions (quant.fp16.convert_bf16)."""
+def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict], log: Path | None = None):
+    """AutoCast `source` to BF16 into `target` with the [quant] exclusions (quant.fp16.convert_bf16)."""
     from pipeline.core.quiet import captured
     from quant.fp16 import convert_bf16
 
-    q = profile.quant
     with captured(log):
-        return convert_bf16(source, target, q.fp16_exclude_op_types, q.fp16_exclude_nodes, checks)
+        return convert_bf16(source, target, quant.fp16_exclude_op_types, quant.fp16_exclude_nodes, checks)
 
 
 def run_bf16(job: Job) -> StageResult:
@@ -31,7 +40,7 @@ def run_bf16(job: Job) -> StageResult:
     batches = held_out(profile)
     with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to BF16 with ModelOpt AutoCast")
-        result = convert(profile, source, tmp, shape_checks(profile), job.out / "bf16.log")
+        result = convert(q, source, tmp, shape_checks(profile), job.out / "bf16.log")
         if result.session is not None:
             figures = accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)
             gate("bf16", figures, q.min_cosine_bf16)
@@ -43,6 +52,15 @@ def run_bf16(job: Job) -> StageResult:
     return StageResult({"onnx": target, "log": job.out / "bf16.log"}, metrics)
 
 
+def quantize_command(request: QuantizeRequest) -> str:
+    """quantize --bf16: `convert` with the profile's exclusions and shape checks, or without --profile none, checked
+    at the zero-filled shapes the source runs at."""
+    if request.profile is None:
+        return autocast_line("BF16", request, convert(QuantSection(), request.source, request.output, zero_checks(request.source)))
+    profile = request_settings("bf16", request, STAGE.reads).profile
+    return autocast_line("BF16", request, convert(profile.quant, request.source, request.output, shape_checks(profile)))
+
+
 def _summary(m: dict) -> str:
     figures = m["accuracy"]
     if "cosine_centered" in figures:
@@ -50,11 +68,10 @@ def _summary(m: dict) -> str:
     return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}"
 
 
-BF16 = Stage(
+STAGE = Stage(
     "bf16", run_bf16,
     reads=(*HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_bf16"),
     inputs=("optimize.onnx",),
-    code=("quant.fp16", "quant.accuracy", "pipeline.stages.accuracy", "pipeline.stages.fp16"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=_summary,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.runner import Job, Stage, StageResult
+from pipeline.stage import Job, Stage, StageResult
 
 
 def run_export(job: Job) -> StageResult:
@@ -43,10 +43,9 @@ def _key_metric(m: dict) -> str:
     return f"max_abs_diff={m['max_abs_diff']:.2e}, {m['nodes']} nodes{tokens_note(m)}{derived_note(m)}" if "max_abs_diff" in m else f"{m.get('nodes', '?')} nodes"
 
 
-EXPORT = Stage(
+STAGE = Stage(
     "export", run_export,
     reads=("onnx", "model", "inputs", "dims", "export"),
-    code=("pipeline.export", "pipeline.models", "pipeline.core.generation"),
     packages=("torch", "onnxscript"),
     key_metric=_key_metric,
 )

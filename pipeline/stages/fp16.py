@@ -1,31 +1,34 @@
-"""The fp16 stage: ModelOpt AutoCast, the result run at the profile's min/opt/max shapes and gated on accuracy."""
+"""The fp16 stage: ModelOpt AutoCast, the result run at the profile's min/opt/max shapes and gated on accuracy.
+`python -m pipeline quantize --fp16` calls `convert` too."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.core.profiles import Profile
+from pipeline.core.profiles import QuantSection
 from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
-from pipeline.runner import Job, Stage, StageResult
-from pipeline.stages import seeds
-from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
+from pipeline.stage import Job, Stage, StageResult
+from pipeline.stages.shared import (
+    HELD_OUT_READS,
+    QuantizeRequest,
+    accuracy,
+    autocast_line,
+    fp32_reference,
+    gate,
+    held_out,
+    request_settings,
+    shape_checks,
+    zero_checks,
+)
 
 
-def shape_checks(profile: Profile) -> list[dict]:
-    """Inputs at the profile's min, opt and max shapes: the FP16 model must run at each."""
-    from pipeline.core.samples import make_inputs, range_sizes
-
-    return [make_inputs(profile, seed=seeds.FP16_SHAPE_CHECK + i, dims=sizes) for i, sizes in enumerate(range_sizes(profile))]
-
-
-def convert(profile: Profile, source: Path, target: Path, checks: list[dict], log: Path | None = None, reference_feeds: dict | None = None):
-    """AutoCast `source` into `target` with the profile's exclusions; the result keeps the session that ran `checks`."""
+def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict], log: Path | None = None, reference_feeds: dict | None = None):
+    """AutoCast `source` into `target` with the [quant] exclusions; the result keeps the session that ran `checks`."""
     from pipeline.core.quiet import captured
     from quant.fp16 import convert_fp16
 
-    q = profile.quant
     with captured(log):
-        return convert_fp16(source, target, q.fp16_exclude_op_types, q.fp16_exclude_nodes, checks, reference_feeds)
+        return convert_fp16(source, target, quant.fp16_exclude_op_types, quant.fp16_exclude_nodes, checks, reference_feeds)
 
 
 def run_fp16(job: Job) -> StageResult:
@@ -37,7 +40,7 @@ def run_fp16(job: Job) -> StageResult:
     batches = held_out(profile)
     with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
-        result = convert(profile, source, tmp, shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
+        result = convert(q, source, tmp, shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
         # the session that ran the shape checks
         figures = accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
         gate("fp16", figures, q.min_cosine_fp16)
@@ -48,12 +51,23 @@ def run_fp16(job: Job) -> StageResult:
     return StageResult({"onnx": target, "log": job.out / "fp16.log"}, metrics)
 
 
-FP16 = Stage(
+def quantize_command(request: QuantizeRequest) -> str:
+    """quantize --fp16: `convert` with the profile's exclusions and shape checks (and a decoder's reference feeds, as
+    the stage passes them); without --profile, no exclusions, checked at the zero-filled shapes the source runs at."""
+    if request.profile is None:
+        return autocast_line("FP16", request, convert(QuantSection(), request.source, request.output, zero_checks(request.source)))
+    from pipeline.models.decoder import autocast_feeds
+
+    profile = request_settings("fp16", request, STAGE.reads).profile
+    return autocast_line("FP16", request, convert(profile.quant, request.source, request.output, shape_checks(profile),
+                                                  reference_feeds=autocast_feeds(profile)))
+
+
+STAGE = Stage(
     "fp16", run_fp16,
     reads=(*HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_fp16",
            *GENERATION_READS, "quant.min_token_agreement_fp16"),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
-    code=("quant.fp16", "quant.accuracy", "pipeline.stages.accuracy", "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=lambda m: f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}",
 )

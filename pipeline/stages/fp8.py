@@ -8,11 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
-from pipeline.runner import Job, Stage, StageResult
-from pipeline.stages import ptq
-from pipeline.stages.accuracy import HELD_OUT_READS, gate, held_out
-
-READS = ("calib", "inputs", "dims", "quant.preset", "quant.samples", "quant.accuracy_samples", "quant.min_cosine_fp8")
+from pipeline.stage import Job, Stage, StageResult
+from pipeline.stages.shared import (
+    CALIBRATION_READS,
+    HELD_OUT_READS,
+    QuantizeRequest,
+    calibration,
+    fp32_reference,
+    gate,
+    held_out,
+    logged,
+    max_sequence,
+    ptq_command_line,
+    ptq_line,
+    ptq_metrics,
+    request_settings,
+)
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
@@ -23,9 +34,9 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     from quant.fp8 import quantize_fp8
 
     q = profile.quant
-    data, batch, origin = ptq.calibration(profile, calib, source)
-    with atomic_path(target) as tmp, ptq.logged(log):
-        result = quantize_fp8(source, tmp, data, batch, held_out(profile), reference, q.preset, max_sequence=ptq.max_sequence(profile),
+    data, batch, origin = calibration(profile, calib, source)
+    with atomic_path(target) as tmp, logged(log):
+        result = quantize_fp8(source, tmp, data, batch, held_out(profile), reference, q.preset, max_sequence=max_sequence(profile),
                               min_cosine=q.min_cosine_fp8, on_step=on_step)
         gate("fp8", result.accuracy, q.min_cosine_fp8)
     return result, origin
@@ -33,7 +44,6 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
 
 def run_fp8(job: Job) -> StageResult:
     from pipeline.core.fileio import write_json
-    from pipeline.stages.accuracy import fp32_reference
     from quant.lint import findings_json
 
     s = job.settings
@@ -46,16 +56,20 @@ def run_fp8(job: Job) -> StageResult:
     with fp32_reference(job, held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "fp8.log", on_step=step)
     write_json(job.out / "fp8.lint.json", findings_json(result.findings))
-    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"},
-                       ptq.metrics(result, origin))
+    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"}, ptq_metrics(result, origin))
 
 
-FP8 = Stage(
+def quantize_command(request: QuantizeRequest) -> str:
+    """quantize --fp8: the stage's `quantize` with the profile's settings and the command's flags (gated like the stage)."""
+    settings = request_settings("fp8", request, STAGE.reads)
+    result, origin = quantize(settings.profile, settings.calib, request.source, request.output, on_step=request.on_step)
+    return ptq_command_line("FP8", request, result, origin)
+
+
+STAGE = Stage(
     "fp8", run_fp8,
-    reads=tuple(dict.fromkeys((*READS, *HELD_OUT_READS))),
+    reads=tuple(dict.fromkeys((*CALIBRATION_READS, "quant.preset", *HELD_OUT_READS, "quant.min_cosine_fp8"))),
     inputs=("optimize.onnx",),
-    code=("quant.fp8", "quant.ptq", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy",
-          "pipeline.stages.ptq", "pipeline.stages.int8"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: f"{m['preset']} " + ptq.key_metric(m),
+    key_metric=lambda m: f"{m['preset']} " + ptq_line(m),
 )

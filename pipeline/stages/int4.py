@@ -8,11 +8,21 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
-from pipeline.runner import Job, Stage, StageResult
-from pipeline.stages import ptq
-from pipeline.stages.accuracy import HELD_OUT_READS, gate, held_out
-
-READS = ("calib", "inputs", "dims", "quant.samples", "quant.int4_method", "quant.accuracy_samples", "quant.min_cosine_int4")
+from pipeline.stage import Job, Stage, StageResult
+from pipeline.stages.shared import (
+    CALIBRATION_READS,
+    HELD_OUT_READS,
+    QuantizeRequest,
+    calibration,
+    fp32_reference,
+    gate,
+    held_out,
+    logged,
+    ptq_command_line,
+    ptq_line,
+    ptq_metrics,
+    request_settings,
+)
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
@@ -22,10 +32,10 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     from quant.int4 import quantize_int4
 
     q = profile.quant
-    data, batch, origin = ptq.calibration(profile, calib, source)
+    data, batch, origin = calibration(profile, calib, source)
     if q.int4_method == "rtn_dq":
         origin = "none (round to nearest uses no data)"
-    with atomic_path(target) as tmp, ptq.logged(log):
+    with atomic_path(target) as tmp, logged(log):
         result = quantize_int4(source, tmp, data, batch, held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
                                on_step=on_step)
         gate("int4", result.accuracy, q.min_cosine_int4)
@@ -33,23 +43,26 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
 
 
 def run_int4(job: Job) -> StageResult:
-    from pipeline.stages.accuracy import fp32_reference
-
     s = job.settings
     source, target = job.input("optimize", "onnx"), job.out / "model.int4.onnx"
     job.status(f"quantizing MatMul/Gemm weights to INT4 ({s.profile.quant.int4_method})")
     with fp32_reference(job, held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",
                                   on_step=lambda done, total: job.status(f"AWQ calibration {done}/{total}"))
-    return StageResult({"onnx": target, "log": job.out / "int4.log"}, ptq.metrics(result, origin))
+    return StageResult({"onnx": target, "log": job.out / "int4.log"}, ptq_metrics(result, origin))
 
 
-INT4 = Stage(
+def quantize_command(request: QuantizeRequest) -> str:
+    """quantize --int4: the stage's `quantize` with the profile's settings and the command's flags (gated like the stage)."""
+    settings = request_settings("int4", request, STAGE.reads)
+    result, origin = quantize(settings.profile, settings.calib, request.source, request.output, on_step=request.on_step)
+    return ptq_command_line("INT4", request, result, origin)
+
+
+STAGE = Stage(
     "int4", run_int4,
-    reads=tuple(dict.fromkeys((*READS, *HELD_OUT_READS))),
+    reads=tuple(dict.fromkeys((*CALIBRATION_READS, "quant.int4_method", *HELD_OUT_READS, "quant.min_cosine_int4"))),
     inputs=("optimize.onnx",),
-    code=("quant.int4", "quant.ptq", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy", "pipeline.stages.ptq",
-          "pipeline.stages.int8"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=ptq.key_metric,
+    key_metric=ptq_line,
 )

@@ -8,25 +8,11 @@ from pathlib import Path
 
 from pipeline.core.profiles import Profile
 from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
-from pipeline.runner import Job, Stage, StageResult
-from pipeline.stages.accuracy import HELD_OUT_READS, accuracy, fp32_reference, gate, held_out
+from pipeline.stage import Job, Stage, StageResult
+from pipeline.stages.shared import CALIBRATION_READS, HELD_OUT_READS, QuantizeRequest, accuracy, calibration_batch, fp32_reference, gate, held_out, max_sequence
 
-SEQUENCE_DIMS = ("seq", "sequence", "seq_len")
 # what `quantize` reads: the stage and the command declare the same settings
-QUANTIZE_READS = ("calib", "inputs", "dims", "quant.preset", "quant.samples", "quant.calibration_method", "quant.int8_float_dtype")
-
-
-def calibration_batch(profile: Profile, source: Path) -> int:
-    """Samples per calibration run: the model's static batch dim, else the profile's batch size (at opt) for
-    the model's first input it describes, else 1 (a profile describing another model says nothing of this one)."""
-    from quant.calibration import model_inputs
-
-    inputs = model_inputs(source)
-    first = next(iter(inputs.values()), ("", []))[1]
-    if first and first[0] is not None:
-        return first[0]
-    named = {spec.name: spec for spec in profile.inputs}
-    return next((profile.shape(named[name])[0] for name in inputs if name in named), 1)
+QUANTIZE_READS = (*CALIBRATION_READS, "quant.preset", "quant.calibration_method", "quant.int8_float_dtype")
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
@@ -41,10 +27,9 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
         calibration, origin = decoder_calibration(profile, source, q.samples)
     else:
         calibration, origin = calibration_data(profile, calib, source)
-    max_sequence = max((d.max for name, d in profile.dims.items() if name in SEQUENCE_DIMS), default=None)
     with captured(log):
         result = quantize_int8(source, target, calibration, calibration_batch(profile, source), q.preset, q.int8_float_dtype,
-                               q.calibration_method, max_sequence, on_step=on_step)
+                               q.calibration_method, max_sequence(profile), on_step=on_step)
     return result, origin
 
 
@@ -52,7 +37,7 @@ def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
     """The held-out samples and their kind. A decoder with its cache is checked as it is calibrated, on
     prefill and decode steps over the caches the FP32 model writes: on random caches an INT8 decoder
     calibrated on real ones is far off, and one calibrated on random ones is right only there."""
-    from pipeline.stages import seeds
+    from pipeline.core import seeds
     from quant.calibration import decoder_calibration, fed_as_decoder
 
     if fed_as_decoder(profile, source):
@@ -91,12 +76,37 @@ def run_int8(job: Job) -> StageResult:
     return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", "log": job.out / "int8.log"}, metrics)
 
 
-INT8 = Stage(
+def quantize_command(request: QuantizeRequest) -> str:
+    """quantize --int8 (with --fp16: its float parts in FP16): the stage's `quantize` with the profile's settings, or
+    with --calib alone the [quant] defaults and no sequence range or batch taken from another model's profile."""
+    from pipeline.core import DEFAULT_PROFILE
+    from pipeline.core.errors import PipelineError
+    from pipeline.core.profiles import QuantSection, load_profile
+    from pipeline.settings import Options, Settings
+
+    if request.calib is None and request.profile is None:
+        raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
+    if request.profile is not None:
+        loaded = load_profile(request.profile)
+    else:
+        loaded = load_profile(DEFAULT_PROFILE).model_copy(update={"dims": {}, "quant": QuantSection()})
+    if request.float_parts == "fp16":
+        loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
+    profile = Settings("int8", loaded, Options(calib=request.calib, preset=request.preset), QUANTIZE_READS).profile
+    result, origin = quantize(profile, request.calib, request.source, request.output, on_step=request.on_step)
+    line = (f"wrote {request.output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
+            f"lint-qdq: {len(result.findings)} findings")
+    if result.qdq_pairs == 0:
+        line += ("\nnote: nothing was quantized. ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration "
+                 f"batch (here {calibration_batch(profile, request.source)}: a 2-D input's batch is M) or its K or N is under 16, "
+                 "and a Conv with too few channels; if you deploy at a larger batch, pass --profile with it")
+    return line
+
+
+STAGE = Stage(
     "int8", run_int8,
     reads=tuple(dict.fromkeys((*QUANTIZE_READS, *HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8"))),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
-    code=("quant.int8", "quant.presets", "quant.lint", "quant.calibration", "quant.accuracy", "pipeline.stages.accuracy",
-          "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings"
                           f"{tokens_note(m)}"),

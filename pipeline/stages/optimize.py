@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from pipeline.core import seeds
 from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
-from pipeline.runner import Job, Stage, StageResult
-from pipeline.stages import seeds
+from pipeline.stage import Job, Stage, StageResult
 
 
 def run_optimize(job: Job) -> StageResult:
@@ -42,11 +42,10 @@ def run_optimize(job: Job) -> StageResult:
     return StageResult({"onnx": target}, metrics)
 
 
-OPTIMIZE = Stage(
+STAGE = Stage(
     "optimize", run_optimize,
     reads=("optimize", *GENERATION_READS),
     inputs=GENERATION_INPUTS,
-    code=("pipeline.optimize", "pipeline.generation_stage", "pipeline.core.generation"),
     packages=("onnx-ir",),
     key_metric=lambda m: f"{m['nodes_before']} -> {m['nodes_after']} nodes, max_abs_diff={m['max_abs_diff']:.2e}{tokens_note(m)}",
 )

@@ -1,0 +1,44 @@
+"""A build's output folder, read through its manifest: each precision's model, engine, layer information and
+per-layer profile, as the stages recorded them. Only a stage that is usable (done, cached or skipped, not
+failed, interrupted or stale) gives its files: a failed INT8 stage's old model.int8.onnx is not INT8 of
+this build. `bench`, `diff` and the jobs cells find the files here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import precisions
+from pipeline.core.errors import InputError
+from pipeline.core.manifest import USABLE, Manifest
+
+
+@dataclass(frozen=True)
+class Built:
+    """One precision of a build: what exists of it (None: not made, or not usable)."""
+
+    precision: precisions.Precision
+    onnx: Path | None
+    engine: Path | None
+    layers: Path | None
+    profile: Path | None  # the per-layer timing of the engine
+
+
+def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
+    """The profile a build folder records and its precisions that have a model, by name (registry order)."""
+    path = Path(folder) / "manifest.json"
+    if not path.is_file():
+        raise InputError(f"{folder}: no manifest.json, so not a build's output folder; run `python -m pipeline build --out {folder}` first")
+    manifest = Manifest.load_or_new(path, "")
+
+    def output(stage: str, label: str) -> Path | None:
+        record = manifest.get(stage)
+        found = manifest.output_path(stage, label) if record is not None and record.status in USABLE else None
+        return found if found is not None and found.is_file() else None
+
+    built = {}
+    for p in precisions.PRECISIONS:
+        engine_files = {label: output("build", f"{p.name}_{label}") for label in ("engine", "layers", "profile")}
+        if (onnx := output(p.stage, "onnx")) is not None or any(engine_files.values()):
+            built[p.name] = Built(p, onnx, **engine_files)
+    return manifest.profile, built

@@ -1,0 +1,217 @@
+"""What the precision stages share: the held-out samples and the FP32 reference run beside the
+conversion, the accuracy figures and the gate, the shape checks, the calibration data and batch, the
+libraries' log, and what `python -m pipeline quantize` hands a precision's module."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.core import seeds
+from pipeline.core.profiles import Profile
+from pipeline.stage import Job, Status
+
+if TYPE_CHECKING:
+    from pipeline.core.verify import OnnxSession
+    from quant.accuracy import BackgroundOutputs
+
+# what the held-out samples are made from: every stage that uses them declares these
+HELD_OUT_READS = ("inputs", "dims", "quant.accuracy_samples")
+# what calibration data is made from (the profile's samples, or --calib)
+CALIBRATION_READS = ("calib", "inputs", "dims", "quant.samples")
+SEQUENCE_DIMS = ("seq", "sequence", "seq_len")
+
+
+@dataclass(frozen=True)
+class QuantizeRequest:
+    """`python -m pipeline quantize SOURCE -o OUTPUT --<precision>`: what its module's `quantize_command` gets."""
+
+    source: Path
+    output: Path
+    profile: str | None  # --profile: its settings, samples and shapes
+    calib: Path | None
+    preset: str | None
+    float_parts: str | None = None  # the other precision flag given, when the registry lets them combine (--int8 --fp16)
+    on_step: Callable[[int, int], None] = lambda done, total: None
+
+
+def held_out(profile: Profile) -> list[dict]:
+    """The held-out accuracy samples (seeds apart from calibration's), stacked into as few runs as the batch dim allows."""
+    from pipeline.core.samples import make_inputs, stack_batches
+
+    samples = profile.quant.accuracy_samples
+    return stack_batches(profile, [make_inputs(profile, seed=seeds.HELD_OUT_SEED + i) for i in range(samples)])
+
+
+def shape_checks(profile: Profile) -> list[dict]:
+    """Inputs at the profile's min, opt and max shapes: a converted model must run at each."""
+    from pipeline.core.samples import make_inputs, range_sizes
+
+    return [make_inputs(profile, seed=seeds.FP16_SHAPE_CHECK + i, dims=sizes) for i, sizes in enumerate(range_sizes(profile))]
+
+
+@contextmanager
+def fp32_reference(job: Job, batches: list[dict], kind: str = "held-out") -> Iterator[BackgroundOutputs]:
+    """The optimized FP32 model's outputs on the held-out samples, started on a worker thread so
+    they are computed while the stage converts (AutoCast, ModelOpt's calibration). Computed once per
+    build: the precision stages share them, keyed by the FP32 model's sha256 and the `kind` of
+    samples. A stage that fails or is interrupted stops the run."""
+    from quant.accuracy import BackgroundOutputs
+
+    source = job.input("optimize", "onnx")
+    key = ("fp32 outputs", job.input_sha256("optimize", "onnx"), len(batches), kind)
+    if key not in job.cache:
+        job.cache[key] = BackgroundOutputs(source, batches)
+    reference = job.cache[key]
+    try:
+        yield reference
+    except BaseException:
+        reference.cancel()
+        job.cache.pop(key, None)
+        raise
+
+
+def accuracy(candidate: Path | OnnxSession, reference: BackgroundOutputs, batches: list[dict], samples: int, label: str,
+             status: Status) -> dict[str, Any]:
+    """Accuracy of `candidate` against the FP32 reference. The figures record the check's wall time in the
+    stage (`check_seconds`: the candidate's run, then any wait for the reference), within it the wait
+    (`reference_wait_seconds`), and the reference run's own time beside the conversion (`reference_seconds`,
+    0 in a stage that reused it), so the check's share of the stage is on record."""
+    from quant.accuracy import accuracy as figures_of
+    from quant.accuracy import model_outputs
+
+    started = time.perf_counter()
+    status(f"running the {label} model on {samples} held-out samples")
+    outputs = model_outputs(candidate, batches)
+    status("waiting for the FP32 model's run on the held-out samples")
+    waiting = time.perf_counter()
+    expected = reference.result()
+    waited = time.perf_counter() - waiting
+    figures = figures_of(expected, outputs, samples)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3), "reference_wait_seconds": round(waited, 3),
+            "reference_seconds": round(reference.seconds, 3) if reference.served == 1 else 0.0}
+
+
+# what to try when a precision's accuracy is below its gate: for FP16, `compare` on the FP16 model (written by
+# `quantize` with the same flags) names the nodes where the error grows
+GATE_HINTS = {
+    "fp16": ("keep the nodes that lose it in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types): `python -m pipeline "
+             "quantize model.opt.onnx -o fp16.onnx --fp16 --profile P`, then `python -m pipeline compare model.opt.onnx fp16.onnx "
+             "--profile P` lists them"),
+}
+
+
+def gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
+    from pipeline.core.errors import StageFailed
+
+    if not metrics["cosine_centered"] >= minimum:
+        raise StageFailed(
+            f"{stage}: accuracy below the gate: cosine_centered={metrics['cosine_centered']:.5f} < {minimum} "
+            f"(cosine={metrics['cosine']:.6f}, max_abs_diff={metrics['max_abs_diff']:.3g} vs FP32 on {metrics['samples']} held-out samples); "
+            f"{GATE_HINTS.get(stage, 'exclude sensitive nodes, try another preset or more calibration data')}, or lower --min-cosine"
+        )
+
+
+def calibration_batch(profile: Profile, source: Path) -> int:
+    """Samples per calibration run: the model's static batch dim, else the profile's batch size (at opt) for
+    the model's first input it describes, else 1 (a profile describing another model says nothing of this one)."""
+    from quant.calibration import model_inputs
+
+    inputs = model_inputs(source)
+    first = next(iter(inputs.values()), ("", []))[1]
+    if first and first[0] is not None:
+        return first[0]
+    named = {spec.name: spec for spec in profile.inputs}
+    return next((profile.shape(named[name])[0] for name in inputs if name in named), 1)
+
+
+def calibration(profile: Profile, calib: Path | None, source: Path):
+    """(samples by input, batch, where they came from): the calibration data for `source`."""
+    from quant.calibration import calibration_data
+
+    data, origin = calibration_data(profile, calib, source)
+    return data, calibration_batch(profile, source), origin
+
+
+def max_sequence(profile: Profile) -> int | None:
+    """The longest sequence the profile allows (the attention rules depend on it), None without a sequence dim."""
+    return max((d.max for name, d in profile.dims.items() if name in SEQUENCE_DIMS), default=None)
+
+
+@contextmanager
+def logged(log: Path | None) -> Iterator[None]:
+    """The libraries' output into `log`; a user's input error leaves no log behind (nothing half written)."""
+    from pipeline.core.errors import InputError
+    from pipeline.core.quiet import captured
+
+    try:
+        with captured(log):
+            yield
+    except InputError:
+        if log is not None:
+            log.unlink(missing_ok=True)
+        raise
+
+
+def ptq_metrics(result, origin: str) -> dict[str, Any]:
+    """The manifest's record of an FP8/INT4 stage: the PtqResult (Q/DQ counts, accuracy, method, samples, notes,
+    lint counts) and the data's origin."""
+    return {**result.metrics(), "calibration": origin}
+
+
+def ptq_line(m: dict[str, Any]) -> str:
+    q = m["qdq"]
+    return (f"{m['method']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {q['quantize']} Q / {q['dequantize']} DQ, "
+            f"{m['lint']['count']} lint findings")
+
+
+def request_settings(stage: str, request: QuantizeRequest, reads: tuple[str, ...]):
+    """The stage's `Settings` for `quantize`: the profile's, with the command's --calib and --preset."""
+    from pipeline.core.errors import PipelineError
+    from pipeline.core.profiles import load_profile
+    from pipeline.settings import Options, Settings
+
+    if request.profile is None:
+        raise PipelineError(f"quantize --{stage} needs --profile NAME: its accuracy gate runs on held-out samples made from the profile")
+    return Settings(stage, load_profile(request.profile), Options(calib=request.calib, preset=request.preset), reads)
+
+
+def zero_checks(source: Path) -> list[dict]:
+    """Without a profile: zero-filled inputs with dynamic dims at 1 and 3, those the source model itself runs at."""
+    from pipeline.core.errors import PipelineError
+    from pipeline.core.samples import model_feeds
+    from pipeline.core.verify import run_onnx
+    from quant.calibration import model_inputs
+
+    def runs(feeds: dict) -> bool:
+        try:
+            run_onnx(source, feeds)
+        except PipelineError:
+            return False
+        return True
+
+    return [feeds for feeds in model_feeds(model_inputs(source)) if runs(feeds)]
+
+
+def autocast_line(label: str, request: QuantizeRequest, result) -> str:
+    """What `quantize --fp16` / `--bf16` prints: the file, its nodes, and the shapes it was run at."""
+    if result.checked_shapes:
+        first = next(iter(result.checked_shapes[0]))
+        checked = f"runs at {first} {', '.join('x'.join(map(str, s[first])) for s in result.checked_shapes)}"
+    elif getattr(result, "unchecked", None):
+        checked = result.unchecked
+    else:
+        checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
+    return f"wrote {request.output}: {result.nodes} nodes, {label} (AutoCast, providers {result.providers}); {checked}"
+
+
+def ptq_command_line(label: str, request: QuantizeRequest, result, origin: str) -> str:
+    """What `quantize --fp8` / `--int4` prints."""
+    figures = result.accuracy
+    return (f"wrote {request.output}: {label} ({result.method}), opset {result.opset}, {result.qdq['quantize']} Q / "
+            f"{result.qdq['dequantize']} DQ, cosine_centered={figures['cosine_centered']:.5f} (gate {result.min_cosine}), "
+            f"calibration: {origin}; lint-qdq: {len(result.findings)} findings")
