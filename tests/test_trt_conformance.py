@@ -1,6 +1,7 @@
 """TensorRT API conformance: the project's trt/ code against the real bindings of TensorRT 10.8.0.43 (the
 Docker image's), 10.13.0.35 and 11.4.0.106, with strict doubles of the factories on a simulated GPU
-(tests/conformance). What a version's flags must be comes from that version's real enums (`facts`)."""
+(tests/conformance). What a version's flags must be comes from that version's real enums (`facts`). Mutation tests
+run the same scenarios on trt/build.py with one mistake made (tests/conformance/mutations.py) and check each fails for its reason."""
 
 import json
 import os
@@ -9,6 +10,7 @@ import sys
 from collections import defaultdict
 
 import pytest
+from conformance.mutations import MUTATIONS, mutated_source, source_path
 from conformance.scenarios import OLD_CACHE, PROFILE_RUNS, PROFILE_WARMUP, TIMED_RUNS, TIMING_WARMUP
 from conftest import REPO, TESTS
 from trt_bindings import LAYER_INFORMATION, VERSIONS
@@ -34,6 +36,13 @@ def facts(conformance, version: str) -> dict:
 
 def calls(result: dict, name: str) -> list[dict]:
     return [entry["args"] | {"returns": entry.get("returns")} for entry in result["journal"] if entry.get("call") == name]
+
+
+def network_flags_problem(conformance, version: str, result: dict, wanted: tuple[str, ...] = ("STRONGLY_TYPED",)) -> str | None:
+    """What is wrong with the network-creation flags the code asked for, read as this version's NetworkDefinitionCreationFlag members."""
+    (call,) = calls(result, "Builder.create_network")
+    asked = [name for name, bit in facts(conformance, version)["NetworkDefinitionCreationFlag"].items() if call["flags"] & 1 << bit]
+    return None if asked == list(wanted) else f"create_network asked TensorRT {version} for {asked}, not {list(wanted)}"
 
 
 def sets(result: dict, name: str) -> list:
@@ -62,7 +71,7 @@ def test_the_bindings_are_the_version_asked_for(conformance, version):
 def test_build_makes_a_strongly_typed_network_and_configures_it_from_the_profile(conformance, version, builder):
     result = outcome(conformance, version, f"{builder}_build")
     assert result["error"] is None, result.get("traceback")
-    assert calls(result, "Builder.create_network") == [{"flags": 1 << facts(conformance, version)["STRONGLY_TYPED"], "returns": "INetworkDefinition#1"}]
+    assert network_flags_problem(conformance, version, result) is None
     assert calls(result, "OnnxParser.parse_from_file")[0]["model"].endswith("tiny.onnx")
     assert sets(result, "IBuilderConfig.profiling_verbosity") == ["ProfilingVerbosity.DETAILED"]
     assert sets(result, "IBuilderConfig.builder_optimization_level") == [4]
@@ -303,3 +312,54 @@ def test_the_trtexec_builder_runs_the_versions_command_line_and_the_stage_record
     assert 0.9999 < built["accuracy"]["cosine_centered"] <= 1.0
     assert {"fp32.engine", "fp32.layers.json", "fp32.profile.json", "fp32.build.log", "timing.cache"} <= set(result["files"])
     assert "PASSED TensorRT.trtexec (simulated)" in result["fp32_build_log"]
+
+
+@EVERY_VERSION
+def test_a_profile_that_leaves_out_a_dynamic_input_fails_the_build_with_tensorrts_message(conformance, version):
+    result = value(conformance, version, "python_build_profile_for_another_input")
+    assert "TensorRT could not build an engine" in result["failed"]
+    assert "[ERROR] [simulated] x: dynamic input is missing dimensions in profile 0." in result["build_log"]
+
+
+@EVERY_VERSION
+def test_network_flags_must_be_members_of_the_versions_enum_and_the_plugin_preferences_exclusive(conformance, version):
+    members = facts(conformance, version)["NetworkDefinitionCreationFlag"]
+    bit_3 = outcome(conformance, version, "bite_flag_bit_3")["error"] or "accepted"  # PREFER_AOT_PYTHON_PLUGINS in 10.13 only
+    assert bit_3.startswith("accepted" if 3 in members.values() else "ValueError: Builder.create_network: flags 0x8 set bits 0x8, which name no")
+    both = outcome(conformance, version, "bite_both_plugin_preferences")["error"] or "accepted"
+    expected = "ValueError: Builder.create_network: PREFER_AOT_PYTHON_PLUGINS cannot be used" if "PREFER_AOT_PYTHON_PLUGINS" in members else "AttributeError"
+    assert both.startswith(expected)
+
+
+def test_every_mutation_edits_the_current_source():
+    """A mutation whose text moved in trt/ fails here, by name, without any TensorRT bindings."""
+    for name, mutation in MUTATIONS.items():
+        assert mutated_source(mutation) != source_path(mutation).read_text(), name
+
+
+@EVERY_VERSION
+@pytest.mark.parametrize(("mutation", "failure", "logged"), [
+    ("no_profile", "TensorRT could not build an engine", "[ERROR] [simulated] Network has dynamic or shape inputs, but no optimization profile has been defined."),
+    ("opt_above_max", "RuntimeError: Shape provided for max is inconsistent with other shapes.", None),
+    ("method_as_value", "TypeError: ParserError.node_name is a method, used here as a value (truth test): call it, node_name(...)", None),
+])
+def test_a_mutated_build_fails_on_every_version_for_the_rule_it_breaks(conformance, version, mutation, failure, logged):
+    """The project's trt/build.py with one mistake each (tests/conformance/mutations.py). Real TensorRT refuses the first
+    two on every version; the third passes silently on a GPU (a method is always true, its text "<bound method ...>"),
+    the doubles refuse it."""
+    result = value(conformance, version, f"mutant_{mutation}")
+    assert failure in (result["failed"] or "it passed"), result
+    assert logged is None or logged in result["build_log"]
+
+
+@EVERY_VERSION
+def test_the_10x_strongly_typed_bit_written_as_a_literal_fails_on_11_only(conformance, version):
+    """`1 << 1` is STRONGLY_TYPED on 10.x; on 11.x it is PREFER_JIT_PYTHON_PLUGINS, a valid flag real TensorRT builds
+    with (11.x networks are strongly typed anyway), so the build passes and the flags read by name fail."""
+    result = outcome(conformance, version, "mutant_flag_bit_literal")
+    assert value(conformance, version, "mutant_flag_bit_literal")["failed"] is None
+    problem = network_flags_problem(conformance, version, result)
+    if version.startswith("10."):
+        assert problem is None
+    else:
+        assert problem == f"create_network asked TensorRT {version} for ['PREFER_JIT_PYTHON_PLUGINS'], not ['STRONGLY_TYPED']"

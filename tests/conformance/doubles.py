@@ -10,6 +10,10 @@ docstring; CuPy and Polygraphy have Python signatures):
 - results follow the declared return type (a double of the returned class, True for bool, 0 for
   int, the enum's first member, ...) unless the simulated GPU (world.py) answers that member, and
   an answer of the wrong type is an error of the harness, not of the code under test.
+- a method object used as a value (truth test, comparison, str() or formatting: a call forgotten, as
+  in `if error.node_name:`) raises TypeError. Python itself allows it: on a GPU the test is always
+  true and the text reads "<bound method ...>", so the mistake would pass silently; the doubles make
+  it loud, for every method the real class has (pybind11's `instancemethod`s, CuPy's functions).
 Calls (with what they returned) and property sets are written to `journal`, with enum members as
 `Enum.NAME`, doubles as `Class#n` and values as JSON, so tests can assert what the code asked TensorRT.
 """
@@ -31,6 +35,8 @@ SEQUENCE = re.compile(r"^(?:list|List|tuple|Tuple|collections\.abc\.Sequence|typ
 ANY = {"object", "typing_extensions.CapsuleType", "capsule", "method", "memoryview", "numpy.ndarray", "typing.Any", "Any"}
 ATTRIBUTES = (property, types.GetSetDescriptorType, types.MemberDescriptorType)
 MAGIC = ("__len__", "__getitem__", "__bool__", "__str__")
+VALUE_USES = {"__bool__": "truth test", "__eq__": "==", "__ne__": "!=", "__lt__": "<", "__le__": "<=", "__gt__": ">", "__ge__": ">=",
+              "__str__": "str()", "__format__": "formatting"}
 
 
 @dataclass(frozen=True)
@@ -245,6 +251,8 @@ class Doubles:
                 overloads = signatures(getattr(cls, name))
                 if overloads:
                     getattr(double, name).side_effect = self._method(cls, name, overloads, answers, label)
+                if not name.startswith("__") and inspect.isroutine(getattr(cls, name)):
+                    _refuse_use_as_value(getattr(double, name), f"{cls.__name__}.{name}")
         return double
 
     def _method(self, cls: type, name: str, overloads: list[Overload], answers: dict, label: str) -> Callable:
@@ -296,6 +304,21 @@ class Doubles:
 
 def _value(answer):
     return answer() if callable(answer) else answer
+
+
+def _refuse_use_as_value(method: mock.Mock, qualified_name: str) -> None:
+    """Make a double's method object raise TypeError where it is used as a value instead of called.
+    Each mock has a class of its own, so this changes this method object only."""
+    name = qualified_name.rsplit(".", 1)[-1]
+
+    def refusal(use: str):
+        def refuse(_method, *args):
+            raise TypeError(f"{qualified_name} is a method, used here as a value ({use}): call it, {name}(...)")
+
+        return refuse
+
+    for dunder, use in VALUE_USES.items():
+        setattr(type(method), dunder, refusal(use))
 
 
 def _host_memory_class(module: types.ModuleType) -> type:

@@ -3,6 +3,7 @@ against the real TensorRT bindings of one version with strict doubles on a simul
 
 Each scenario returns JSON; `run` adds what the code asked TensorRT (journal), what happened on the
 device (log, hazards) and what the profiler was given. tests/test_trt_conformance.py asserts on it.
+`mutant_*` scenarios run one scenario on the project's code with one mistake made (mutations.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from conformance.mutations import MUTATIONS, mutated
 from conformance.world import World
 
 SHAPES = {"x": ((1, 8), (4, 8), (16, 8))}
@@ -77,11 +79,12 @@ def _built(world: World, workdir: Path, second_output: bool = False):
 def facts(world: World, workdir: Path) -> dict[str, Any]:
     trt = world.trt
     return {"version": trt.__version__, "STRONGLY_TYPED": int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED),
-            "BuilderFlag.FP16": hasattr(trt.BuilderFlag, "FP16"), "EXPLICIT_BATCH": hasattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH")}
+            "BuilderFlag.FP16": hasattr(trt.BuilderFlag, "FP16"), "EXPLICIT_BATCH": hasattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH"),
+            "NetworkDefinitionCreationFlag": {name: int(member) for name, member in trt.NetworkDefinitionCreationFlag.__members__.items()}}
 
 
 # --- builds -------------------------------------------------------------------------------------
-def _build(builder: str, weak_fp16: bool = False, cache_accepted: bool = True, parser_errors: tuple = ()):
+def _build(builder: str, weak_fp16: bool = False, cache_accepted: bool = True, parser_errors: tuple = (), shapes=SHAPES):
     def scenario(world: World, workdir: Path) -> dict[str, Any]:
         from trt.builders import builder as named
 
@@ -91,10 +94,32 @@ def _build(builder: str, weak_fp16: bool = False, cache_accepted: bool = True, p
         paths.timing_cache.write_bytes(OLD_CACHE)
         build, _ = named(builder)  # the builder interface the build stage uses
         try:
-            metrics = build(tiny_onnx(workdir / "tiny.onnx"), paths, SHAPES, _settings(weak_fp16=weak_fp16))
+            metrics = build(tiny_onnx(workdir / "tiny.onnx"), paths, shapes, _settings(weak_fp16=weak_fp16))
         finally:
             written = _written(paths)
         return {"metrics": metrics, **written}
+
+    return scenario
+
+
+def _failing(scenario: Callable[[World, Path], dict[str, Any]]):
+    """`scenario`'s value, or how it failed and the build log it left."""
+    def wrapped(world: World, workdir: Path) -> dict[str, Any]:
+        try:
+            return {"failed": None, "value": scenario(world, workdir)}
+        except Exception as err:  # the outcome the tests assert
+            log = _paths(workdir).build_log
+            return {"failed": f"{type(err).__name__}: {err}", "build_log": log.read_text() if log.is_file() else None}
+
+    return wrapped
+
+
+def _mutant(name: str):
+    """The mutation's scenario run on the project's code with that one edit (mutations.py)."""
+    def scenario(world: World, workdir: Path) -> dict[str, Any]:
+        mutation = MUTATIONS[name]
+        with mutated(mutation, workdir):
+            return _failing(SCENARIOS[mutation.scenario])(world, workdir)
 
     return scenario
 
@@ -278,6 +303,7 @@ SCENARIOS: dict[str, Callable[[World, Path], dict[str, Any]]] = {
     "python_build_cache_rejected": _build("python", cache_accepted=False),
     "python_build_weak_fp16": _build("python", weak_fp16=True),
     "python_build_parser_errors": _build("python", parser_errors=(("/block/FancyOp", "FancyOp", "No importer registered for op: FancyOp"),)),
+    "python_build_profile_for_another_input": _failing(_build("python", shapes={"w": SHAPES["x"]})),
     "polygraphy_build": _build("polygraphy"),
     "polygraphy_build_cache_rejected": _build("polygraphy", cache_accepted=False),
     "polygraphy_build_weak_fp16": _build("polygraphy", weak_fp16=True),
@@ -298,7 +324,11 @@ SCENARIOS: dict[str, Callable[[World, Path], dict[str, Any]]] = {
     "bite_missing_argument": _bite(lambda trt, builder, network: builder.create_builder_config().set_timing_cache(builder.create_builder_config().create_timing_cache(b""))),
     "bite_wrong_type": _bite(lambda trt, builder, network: setattr(builder.create_builder_config(), "profiling_verbosity", "detailed")),
     "bite_misspelt_method": _bite(lambda trt, builder, network: builder.create_builder_config().set_memory_pool_limits(trt.MemoryPoolType.WORKSPACE, 1)),
+    "bite_flag_bit_3": _bite(lambda trt, builder, network: builder.create_network(1 << 3)),
+    "bite_both_plugin_preferences": _bite(lambda trt, builder, network: builder.create_network(
+        1 << int(trt.NetworkDefinitionCreationFlag.PREFER_AOT_PYTHON_PLUGINS) | 1 << int(trt.NetworkDefinitionCreationFlag.PREFER_JIT_PYTHON_PLUGINS))),
     "bite_race": race,
+    **{f"mutant_{name}": _mutant(name) for name in MUTATIONS},
 }
 
 

@@ -2,7 +2,8 @@
 
 `World(trt, journal).install()` replaces only TensorRT's factories (`Builder`, `Runtime`,
 `OnnxParser`) with strict doubles (doubles.py) that behave like TensorRT where it matters:
-- the parser reads the real ONNX file; the "engine" built from it runs that model on onnxruntime
+- the parser reads the real ONNX file; the builder (building.py) refuses what the real one refuses
+  (network-creation flags, optimization profiles); the "engine" built runs the model on onnxruntime
   (CPU), outputs rounded through float16 (the error of a reduced-precision engine) and stored in
   the output's TensorRT type (BF16 and FP8 through ml_dtypes);
 - the engine's inspector returns real TensorRT layer information (tests/data/trt), and a profiler
@@ -22,26 +23,15 @@ import math
 import sys
 import types
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import numpy as np
+from conformance.building import SimulatedBuilder, SimulatedEngine, check_documented, numpy_type
 from conformance.doubles import Doubles, signatures
 
 FACTORIES = ("Builder", "Runtime", "OnnxParser")
 ORIGINALS: dict[str, Any] = {}  # the real factories and CuPy, kept across the scenarios run in one process
-BUILD_MESSAGES = (("INFO", "[simulated] Detected 1 inputs and 1 output network tensors."),
-                  ("WARNING", "[simulated] Tactic selection is limited by the workspace size."),
-                  ("VERBOSE", "[simulated] Applying generic optimizations to the graph for inference."))
-
-
-def numpy_type(dtype_name: str):
-    import ml_dtypes
-
-    types_ = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
-              "UINT8": np.uint8, "BF16": ml_dtypes.bfloat16, "FP8": ml_dtypes.float8_e4m3fn}
-    return types_[dtype_name]
 
 
 class Device:
@@ -115,50 +105,6 @@ class Device:
             self.hazards.append(f"{op} on stream {stream:#x} uses memory at {base:#x} written on stream {writer:#x} with no synchronization between")
 
 
-class SimulatedEngine:
-    """What an engine built from an ONNX file computes, and its I/O tensors as TensorRT describes them."""
-
-    def __init__(self, trt, onnx_path: Path, output_dtypes: dict[str, str]):
-        import onnx
-        import onnxruntime as ort
-
-        graph = onnx.load(str(onnx_path), load_external_data=False).graph
-        onnx_types = {onnx.TensorProto.FLOAT: "FLOAT", onnx.TensorProto.FLOAT16: "HALF", onnx.TensorProto.INT32: "INT32",
-                      onnx.TensorProto.INT64: "INT64", onnx.TensorProto.BOOL: "BOOL", onnx.TensorProto.INT8: "INT8"}
-        initializers = {i.name for i in graph.initializer}
-
-        def describe(value, is_input):
-            tensor = value.type.tensor_type
-            dtype = onnx_types[tensor.elem_type] if is_input else output_dtypes.get(value.name, onnx_types[tensor.elem_type])
-            shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim)
-            return {"name": value.name, "input": is_input, "dtype": getattr(trt.DataType, dtype), "shape": shape}
-
-        self.tensors = [describe(v, True) for v in graph.input if v.name not in initializers] + [describe(v, False) for v in graph.output]
-        self.session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-        self.shapes: dict[tuple, dict[str, tuple]] = {}
-
-    def tensor(self, name: str) -> dict[str, Any]:
-        return next(t for t in self.tensors if t["name"] == name)
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        results = dict(zip([o.name for o in self.session.get_outputs()], self.session.run(None, feeds)))
-        outputs = {}
-        for tensor in self.tensors:
-            if not tensor["input"]:
-                value = results[tensor["name"]]
-                if np.issubdtype(value.dtype, np.floating):
-                    value = value.astype(np.float16).astype(np.float32)
-                outputs[tensor["name"]] = value.astype(numpy_type(tensor["dtype"].name))
-        return outputs
-
-    def output_shapes(self, input_shapes: dict[str, tuple]) -> dict[str, tuple]:
-        key = tuple(sorted(input_shapes.items()))
-        if key not in self.shapes:
-            feeds = {name: np.zeros(shape, numpy_type(self.tensor(name)["dtype"].name)) for name, shape in input_shapes.items()}
-            self.shapes[key] = {name: value.shape for name, value in self.run(feeds).items()}
-        return self.shapes[key]
-
-
 class World:
     def __init__(self, trt, journal: list[dict[str, Any]], layer_information: str):
         self.trt, self.journal = trt, journal
@@ -174,9 +120,8 @@ class World:
         self.latencies: list[float] = []  # device time of each run
         self.engines: dict[bytes, SimulatedEngine] = {}
         self.runs = 0
-        self.networks: dict[int, dict[str, Any]] = {}
-        self.cache_sources: dict[int, bytes] = {}
         self.events: dict[int, dict[str, float]] = {}
+        self.building = SimulatedBuilder(self)
 
     # --- installation ------------------------------------------------------------------------
     def install(self) -> World:
@@ -186,9 +131,10 @@ class World:
 
         for name in FACTORIES:
             ORIGINALS.setdefault(name, getattr(self.trt, name))
-        self.trt.Builder = self._factory("Builder", self._builder)
+        check_documented(self.trt, ORIGINALS)
+        self.trt.Builder = self._factory("Builder", self.building.builder)
         self.trt.Runtime = self._factory("Runtime", self._runtime)
-        self.trt.OnnxParser = self._factory("OnnxParser", self._parser)
+        self.trt.OnnxParser = self._factory("OnnxParser", self.building.parser)
         sys.modules["cupy"] = self._cupy()
         polygraphy_cuda.G_CUDA = self._polygraphy_cuda(polygraphy_cuda)
         capability.cuda_device_present = lambda: True  # the simulated GPU is there
@@ -205,88 +151,6 @@ class World:
             return double
 
         return create
-
-    # --- building --------------------------------------------------------------------------------
-    def _builder(self, logger) -> dict[str, Any]:
-        trt = self.trt
-        return {
-            "create_network": lambda flags=0: self._network(),
-            "create_builder_config": self._config,
-            "create_optimization_profile": lambda: self.doubles.make(trt.IOptimizationProfile),
-            "build_serialized_network": lambda network, config, *kernel_text: self._build(logger, network),
-            "logger": logger,
-        }
-
-    def _network(self):
-        state: dict[str, Any] = {"inputs": [], "outputs": [], "onnx": None}
-        network = self.doubles.make(self.trt.INetworkDefinition, {
-            "num_inputs": lambda: len(state["inputs"]), "get_input": lambda index: state["inputs"][index],
-            "num_outputs": lambda: len(state["outputs"]), "get_output": lambda index: state["outputs"][index],
-            "num_layers": 0, "__len__": 0,
-        })
-        self.networks[id(network)] = state
-        return network
-
-    def _parser(self, network, logger) -> dict[str, Any]:
-        trt, state = self.trt, self.networks[id(network)]
-
-        def parse_from_file(model: str) -> bool:
-            engine = SimulatedEngine(trt, Path(model), self.output_dtypes)
-            for tensor in engine.tensors:
-                double = self.doubles.make(trt.ITensor, {"name": tensor["name"], "shape": trt.Dims(tensor["shape"]), "dtype": tensor["dtype"],
-                                                         "is_shape_tensor": False, "is_network_input": tensor["input"],
-                                                         "is_network_output": not tensor["input"]})
-                state["inputs" if tensor["input"] else "outputs"].append(double)
-            state["onnx"] = Path(model)
-            return not self.parser_errors
-
-        def error(index: int):
-            node, op, message = self.parser_errors[index]
-            return self.doubles.make(trt.ParserError, {"desc": lambda: message, "node": lambda: index, "node_name": lambda: node,
-                                                       "node_operator": lambda: op, "code": lambda: trt.ErrorCode.UNSUPPORTED_NODE,
-                                                       "__str__": lambda: f"In node {index} with name: {node} and operator: {op}: {message}"})
-
-        return {"parse_from_file": parse_from_file, "num_errors": lambda: len(self.parser_errors), "get_error": error}
-
-    def _config(self):
-        trt = self.trt
-        state = {"cache": None, "profiles": 0, "flags": {trt.BuilderFlag.TF32}, "pools": {}}  # TF32 is on by default
-
-        def create_timing_cache(serialized_timing_cache) -> Any:
-            cache = self.doubles.make(trt.ITimingCache, {"serialize": lambda: self.doubles.host_memory(f"timing cache of TensorRT {trt.__version__}".encode())})
-            self.cache_sources[id(cache)] = bytes(serialized_timing_cache)
-            return cache
-
-        def set_timing_cache(cache, ignore_mismatch) -> bool:
-            accepted = not self.cache_sources.get(id(cache)) or self.timing_cache_accepted
-            if accepted:
-                state["cache"] = cache
-            return accepted
-
-        def add_optimization_profile(profile) -> int:
-            state["profiles"] += 1
-            return state["profiles"] - 1
-
-        return self.doubles.make(trt.IBuilderConfig, {
-            "create_timing_cache": create_timing_cache, "set_timing_cache": set_timing_cache,
-            "get_timing_cache": lambda: state["cache"], "add_optimization_profile": add_optimization_profile,
-            "num_optimization_profiles": lambda: state["profiles"],
-            "set_flag": lambda flag: state["flags"].add(flag), "clear_flag": lambda flag: state["flags"].discard(flag),
-            "get_flag": lambda flag: flag in state["flags"],
-            "set_memory_pool_limit": lambda pool, pool_size: state["pools"].update({pool: pool_size}),
-            "get_memory_pool_limit": lambda pool: state["pools"].get(pool, 0),
-        })
-
-    def _build(self, logger, network):
-        trt, state = self.trt, self.networks[id(network)]
-        for severity, message in BUILD_MESSAGES:
-            logger.log(getattr(trt.ILogger.Severity, severity), message)
-        if state["onnx"] is None:
-            logger.log(trt.ILogger.Severity.ERROR, "[simulated] the network has no layers")
-            return None
-        serialized = f"simulated engine {len(self.engines) + 1} of {state['onnx'].name}".encode()
-        self.engines[serialized] = SimulatedEngine(trt, state["onnx"], self.output_dtypes)
-        return self.doubles.host_memory(serialized)
 
     # --- running -------------------------------------------------------------------------------
     def _runtime(self, logger) -> dict[str, Any]:
