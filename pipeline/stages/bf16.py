@@ -9,18 +9,7 @@ from pathlib import Path
 
 from pipeline.core.profiles import QuantSection
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages.shared import (
-    HELD_OUT_READS,
-    QuantizeRequest,
-    accuracy,
-    autocast_line,
-    fp32_reference,
-    gate,
-    held_out,
-    request_settings,
-    shape_checks,
-    zero_checks,
-)
+from pipeline.stages import shared
 
 
 def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict], log: Path | None = None):
@@ -37,13 +26,13 @@ def run_bf16(job: Job) -> StageResult:
 
     profile = job.settings.profile
     q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.bf16.onnx"
-    batches = held_out(profile)
-    with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
+    batches = shared.held_out(profile)
+    with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to BF16 with ModelOpt AutoCast")
-        result = convert(q, source, tmp, shape_checks(profile), job.out / "bf16.log")
+        result = convert(q, source, tmp, shared.shape_checks(profile), job.out / "bf16.log")
         if result.session is not None:
-            figures = accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)
-            gate("bf16", figures, q.min_cosine_bf16)
+            figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)
+            shared.gate("bf16", figures, q.min_cosine_bf16)
         else:
             figures = {"not_compared": result.unchecked}
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
@@ -52,13 +41,13 @@ def run_bf16(job: Job) -> StageResult:
     return StageResult({"onnx": target, "log": job.out / "bf16.log"}, metrics)
 
 
-def quantize_command(request: QuantizeRequest) -> str:
+def quantize_command(request: shared.QuantizeRequest) -> str:
     """quantize --bf16: `convert` with the profile's exclusions and shape checks, or without --profile none, checked
     at the zero-filled shapes the source runs at."""
     if request.profile is None:
-        return autocast_line("BF16", request, convert(QuantSection(), request.source, request.output, zero_checks(request.source)))
-    profile = request_settings("bf16", request, STAGE.reads).profile
-    return autocast_line("BF16", request, convert(profile.quant, request.source, request.output, shape_checks(profile)))
+        return shared.autocast_line("BF16", request, convert(QuantSection(), request.source, request.output, shared.zero_checks(request.source)))
+    profile = shared.request_settings("bf16", request, STAGE.reads).profile
+    return shared.autocast_line("BF16", request, convert(profile.quant, request.source, request.output, shared.shape_checks(profile)))
 
 
 def _summary(m: dict) -> str:
@@ -70,7 +59,7 @@ def _summary(m: dict) -> str:
 
 STAGE = Stage(
     "bf16", run_bf16,
-    reads=(*HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_bf16"),
+    reads=(*shared.HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_bf16"),
     inputs=("optimize.onnx",),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=_summary,

@@ -10,8 +10,8 @@ from typing import Any
 from pipeline.core import seeds
 from pipeline.settings import Settings
 from pipeline.stage import Job, Stage, StageResult
+from pipeline.stages import shared
 from pipeline.stages.engines import engine_inputs, precisions_of, skip_without_tensorrt
-from pipeline.stages.shared import HELD_OUT_READS, held_out
 
 
 def _unbuildable(precision) -> str | None:
@@ -41,7 +41,7 @@ def run_build(job: Job) -> StageResult:
 
     b, out = s.profile.build, job.out
     settings = BuildSettings(b.verbosity, b.workspace_mib, b.optimization_level, b.log_severity, s.weak_fp16)
-    batches = held_out(s.profile)
+    batches = shared.held_out(s.profile)
     outputs, metrics = {}, {}
     for precision in precisions_of(s):
         prec = precision.name
@@ -87,7 +87,7 @@ def _summary(metrics: dict[str, Any]) -> str:
 
 STAGE = Stage(
     "build", run_build,
-    reads=("precisions", "weak_fp16", *HELD_OUT_READS, "build.builder", "build.verbosity", "build.workspace_mib", "build.optimization_level",
+    reads=("precisions", "weak_fp16", *shared.HELD_OUT_READS, "build.builder", "build.verbosity", "build.workspace_mib", "build.optimization_level",
            "build.log_severity", "build.profile_warmup", "build.profile_iterations"),
     inputs=engine_inputs(),
     packages=("tensorrt", "polygraphy"),

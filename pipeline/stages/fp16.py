@@ -8,18 +8,7 @@ from pathlib import Path
 from pipeline.core.profiles import QuantSection
 from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages.shared import (
-    HELD_OUT_READS,
-    QuantizeRequest,
-    accuracy,
-    autocast_line,
-    fp32_reference,
-    gate,
-    held_out,
-    request_settings,
-    shape_checks,
-    zero_checks,
-)
+from pipeline.stages import shared
 
 
 def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict], log: Path | None = None, reference_feeds: dict | None = None):
@@ -37,13 +26,13 @@ def run_fp16(job: Job) -> StageResult:
 
     profile = job.settings.profile
     q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.fp16.onnx"
-    batches = held_out(profile)
-    with fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
+    batches = shared.held_out(profile)
+    with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
-        result = convert(q, source, tmp, shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
+        result = convert(q, source, tmp, shared.shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
         # the session that ran the shape checks
-        figures = accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
-        gate("fp16", figures, q.min_cosine_fp16)
+        figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
+        shared.gate("fp16", figures, q.min_cosine_fp16)
         generation = generation_figures(job, result.session, "fp16")
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
@@ -51,21 +40,21 @@ def run_fp16(job: Job) -> StageResult:
     return StageResult({"onnx": target, "log": job.out / "fp16.log"}, metrics)
 
 
-def quantize_command(request: QuantizeRequest) -> str:
+def quantize_command(request: shared.QuantizeRequest) -> str:
     """quantize --fp16: `convert` with the profile's exclusions and shape checks (and a decoder's reference feeds, as
     the stage passes them); without --profile, no exclusions, checked at the zero-filled shapes the source runs at."""
     if request.profile is None:
-        return autocast_line("FP16", request, convert(QuantSection(), request.source, request.output, zero_checks(request.source)))
+        return shared.autocast_line("FP16", request, convert(QuantSection(), request.source, request.output, shared.zero_checks(request.source)))
     from pipeline.models.decoder import autocast_feeds
 
-    profile = request_settings("fp16", request, STAGE.reads).profile
-    return autocast_line("FP16", request, convert(profile.quant, request.source, request.output, shape_checks(profile),
+    profile = shared.request_settings("fp16", request, STAGE.reads).profile
+    return shared.autocast_line("FP16", request, convert(profile.quant, request.source, request.output, shared.shape_checks(profile),
                                                   reference_feeds=autocast_feeds(profile)))
 
 
 STAGE = Stage(
     "fp16", run_fp16,
-    reads=(*HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_fp16",
+    reads=(*shared.HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_fp16",
            *GENERATION_READS, "quant.min_token_agreement_fp16"),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),

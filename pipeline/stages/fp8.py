@@ -9,21 +9,7 @@ from pathlib import Path
 
 from pipeline.core.profiles import Profile
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages.shared import (
-    CALIBRATION_READS,
-    HELD_OUT_READS,
-    QuantizeRequest,
-    calibration,
-    fp32_reference,
-    gate,
-    held_out,
-    logged,
-    max_sequence,
-    ptq_command_line,
-    ptq_line,
-    ptq_metrics,
-    request_settings,
-)
+from pipeline.stages import shared
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
@@ -34,11 +20,11 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     from quant.fp8 import quantize_fp8
 
     q = profile.quant
-    data, batch, origin = calibration(profile, calib, source)
-    with atomic_path(target) as tmp, logged(log):
-        result = quantize_fp8(source, tmp, data, batch, held_out(profile), reference, q.preset, max_sequence=max_sequence(profile),
+    data, batch, origin = shared.calibration(profile, calib, source)
+    with atomic_path(target) as tmp, shared.logged(log):
+        result = quantize_fp8(source, tmp, data, batch, shared.held_out(profile), reference, q.preset, max_sequence=shared.max_sequence(profile),
                               min_cosine=q.min_cosine_fp8, on_step=on_step)
-        gate("fp8", result.accuracy, q.min_cosine_fp8)
+        shared.gate("fp8", result.accuracy, q.min_cosine_fp8)
     return result, origin
 
 
@@ -53,23 +39,23 @@ def run_fp8(job: Job) -> StageResult:
     def step(done: int, total: int) -> None:
         job.status(f"calibrating FP8 ({s.profile.quant.preset}) {done}/{total}")
 
-    with fp32_reference(job, held_out(s.profile)) as reference:
+    with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "fp8.log", on_step=step)
     write_json(job.out / "fp8.lint.json", findings_json(result.findings))
-    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"}, ptq_metrics(result, origin))
+    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"}, shared.ptq_metrics(result, origin))
 
 
-def quantize_command(request: QuantizeRequest) -> str:
+def quantize_command(request: shared.QuantizeRequest) -> str:
     """quantize --fp8: the stage's `quantize` with the profile's settings and the command's flags (gated like the stage)."""
-    settings = request_settings("fp8", request, STAGE.reads)
+    settings = shared.request_settings("fp8", request, STAGE.reads)
     result, origin = quantize(settings.profile, settings.calib, request.source, request.output, on_step=request.on_step)
-    return ptq_command_line("FP8", request, result, origin)
+    return shared.ptq_command_line("FP8", request, result, origin)
 
 
 STAGE = Stage(
     "fp8", run_fp8,
-    reads=tuple(dict.fromkeys((*CALIBRATION_READS, "quant.preset", *HELD_OUT_READS, "quant.min_cosine_fp8"))),
+    reads=tuple(dict.fromkeys((*shared.CALIBRATION_READS, "quant.preset", *shared.HELD_OUT_READS, "quant.min_cosine_fp8"))),
     inputs=("optimize.onnx",),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: f"{m['preset']} " + ptq_line(m),
+    key_metric=lambda m: f"{m['preset']} " + shared.ptq_line(m),
 )

@@ -9,20 +9,7 @@ from pathlib import Path
 
 from pipeline.core.profiles import Profile
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages.shared import (
-    CALIBRATION_READS,
-    HELD_OUT_READS,
-    QuantizeRequest,
-    calibration,
-    fp32_reference,
-    gate,
-    held_out,
-    logged,
-    ptq_command_line,
-    ptq_line,
-    ptq_metrics,
-    request_settings,
-)
+from pipeline.stages import shared
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
@@ -32,13 +19,13 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     from quant.int4 import quantize_int4
 
     q = profile.quant
-    data, batch, origin = calibration(profile, calib, source)
+    data, batch, origin = shared.calibration(profile, calib, source)
     if q.int4_method == "rtn_dq":
         origin = "none (round to nearest uses no data)"
-    with atomic_path(target) as tmp, logged(log):
-        result = quantize_int4(source, tmp, data, batch, held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
+    with atomic_path(target) as tmp, shared.logged(log):
+        result = quantize_int4(source, tmp, data, batch, shared.held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
                                on_step=on_step)
-        gate("int4", result.accuracy, q.min_cosine_int4)
+        shared.gate("int4", result.accuracy, q.min_cosine_int4)
     return result, origin
 
 
@@ -46,23 +33,23 @@ def run_int4(job: Job) -> StageResult:
     s = job.settings
     source, target = job.input("optimize", "onnx"), job.out / "model.int4.onnx"
     job.status(f"quantizing MatMul/Gemm weights to INT4 ({s.profile.quant.int4_method})")
-    with fp32_reference(job, held_out(s.profile)) as reference:
+    with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",
                                   on_step=lambda done, total: job.status(f"AWQ calibration {done}/{total}"))
-    return StageResult({"onnx": target, "log": job.out / "int4.log"}, ptq_metrics(result, origin))
+    return StageResult({"onnx": target, "log": job.out / "int4.log"}, shared.ptq_metrics(result, origin))
 
 
-def quantize_command(request: QuantizeRequest) -> str:
+def quantize_command(request: shared.QuantizeRequest) -> str:
     """quantize --int4: the stage's `quantize` with the profile's settings and the command's flags (gated like the stage)."""
-    settings = request_settings("int4", request, STAGE.reads)
+    settings = shared.request_settings("int4", request, STAGE.reads)
     result, origin = quantize(settings.profile, settings.calib, request.source, request.output, on_step=request.on_step)
-    return ptq_command_line("INT4", request, result, origin)
+    return shared.ptq_command_line("INT4", request, result, origin)
 
 
 STAGE = Stage(
     "int4", run_int4,
-    reads=tuple(dict.fromkeys((*CALIBRATION_READS, "quant.int4_method", *HELD_OUT_READS, "quant.min_cosine_int4"))),
+    reads=tuple(dict.fromkeys((*shared.CALIBRATION_READS, "quant.int4_method", *shared.HELD_OUT_READS, "quant.min_cosine_int4"))),
     inputs=("optimize.onnx",),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=ptq_line,
+    key_metric=shared.ptq_line,
 )

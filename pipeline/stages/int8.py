@@ -9,10 +9,10 @@ from pathlib import Path
 from pipeline.core.profiles import Profile
 from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages.shared import CALIBRATION_READS, HELD_OUT_READS, QuantizeRequest, accuracy, calibration_batch, fp32_reference, gate, held_out, max_sequence
+from pipeline.stages import shared
 
 # what `quantize` reads: the stage and the command declare the same settings
-QUANTIZE_READS = (*CALIBRATION_READS, "quant.preset", "quant.calibration_method", "quant.int8_float_dtype")
+QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_method", "quant.int8_float_dtype")
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
@@ -28,8 +28,8 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
     else:
         calibration, origin = calibration_data(profile, calib, source)
     with captured(log):
-        result = quantize_int8(source, target, calibration, calibration_batch(profile, source), q.preset, q.int8_float_dtype,
-                               q.calibration_method, max_sequence(profile), on_step=on_step)
+        result = quantize_int8(source, target, calibration, shared.calibration_batch(profile, source), q.preset, q.int8_float_dtype,
+                               q.calibration_method, shared.max_sequence(profile), on_step=on_step)
     return result, origin
 
 
@@ -42,7 +42,7 @@ def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
 
     if fed_as_decoder(profile, source):
         return decoder_calibration(profile, source, profile.quant.accuracy_samples, seed=seeds.HELD_OUT_SEED)[0], "decoder steps"
-    return held_out(profile), "held-out"
+    return shared.held_out(profile), "held-out"
 
 
 def run_int8(job: Job) -> StageResult:
@@ -58,11 +58,11 @@ def run_int8(job: Job) -> StageResult:
         job.status(f"calibrating ({q.preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
 
     batches, kind = held_out_int8(s.profile, source)
-    with fp32_reference(job, batches, kind) as reference, atomic_path(target) as tmp:
+    with shared.fp32_reference(job, batches, kind) as reference, atomic_path(target) as tmp:
         result, origin = quantize(s.profile, s.calib, source, tmp, job.out / "int8.log", on_step=step)
         lint = findings_json(result.findings)
-        figures = accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
-        gate("int8", figures, q.min_cosine_int8)
+        figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
+        shared.gate("int8", figures, q.min_cosine_int8)
         generation = generation_figures(job, tmp, "int8")
     write_json(job.out / "int8.lint.json", lint)
     metrics = {
@@ -76,7 +76,7 @@ def run_int8(job: Job) -> StageResult:
     return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", "log": job.out / "int8.log"}, metrics)
 
 
-def quantize_command(request: QuantizeRequest) -> str:
+def quantize_command(request: shared.QuantizeRequest) -> str:
     """quantize --int8 (with --fp16: its float parts in FP16): the stage's `quantize` with the profile's settings, or
     with --calib alone the [quant] defaults and no sequence range or batch taken from another model's profile."""
     from pipeline.core import DEFAULT_PROFILE
@@ -98,14 +98,14 @@ def quantize_command(request: QuantizeRequest) -> str:
             f"lint-qdq: {len(result.findings)} findings")
     if result.qdq_pairs == 0:
         line += ("\nnote: nothing was quantized. ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration "
-                 f"batch (here {calibration_batch(profile, request.source)}: a 2-D input's batch is M) or its K or N is under 16, "
+                 f"batch (here {shared.calibration_batch(profile, request.source)}: a 2-D input's batch is M) or its K or N is under 16, "
                  "and a Conv with too few channels; if you deploy at a larger batch, pass --profile with it")
     return line
 
 
 STAGE = Stage(
     "int8", run_int8,
-    reads=tuple(dict.fromkeys((*QUANTIZE_READS, *HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8"))),
+    reads=tuple(dict.fromkeys((*QUANTIZE_READS, *shared.HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8"))),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings"
