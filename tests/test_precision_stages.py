@@ -59,6 +59,7 @@ def test_the_build_stage_records_the_fp8_requirement_and_never_fails(vit):
     assert build["status"] == "skipped" and runs["build"].returncode == 0
     assert build["metrics"]["fp8"]["requires_compute_capability"] == "8.9" and "compute capability 8.9+" in build["reason"]
     assert "--fp8 --int4 --bf16" in build["reason"]  # the command that reruns it where TensorRT is
+    assert runs["build"].stdout.count("docker run") == 1  # the requirement sits before the command, which is printed once
 
 
 def test_fp8_engines_are_skipped_below_compute_capability_8_9():

@@ -28,7 +28,7 @@ def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: 
         session = ort.InferenceSession(str(path), options, providers=[provider])
     except Exception as err:  # onnxruntime raises its own untyped errors
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if "NOT_IMPLEMENTED" in message:  # a valid model with ops or types this provider has no kernel for (BF16 on the CPU)
+        if "NOT_IMPLEMENTED" in message or "float8" in message:  # ops or types this provider has no kernel for (BF16, FP8 on the CPU)
             raise CapabilityMissing(f"{path}: onnxruntime's {provider} has no kernel for it ({message})") from err
         raise InputError(f"{path}: onnxruntime cannot load it: {message}") from err
     if session.get_providers()[0] != provider:

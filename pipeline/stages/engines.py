@@ -32,10 +32,11 @@ def skip_without_tensorrt(what: str, job: Job, wanted: list[precisions.Precision
     missing = tensorrt_missing()
     if missing is None:
         return None
-    reason = f"{what} needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, from this folder: {job.rerun_hint()}"
     requirements = {p.name: {"requires_compute_capability": _version(p.min_compute_capability)} for p in wanted if p.min_compute_capability}
-    for name, needs in requirements.items():
-        reason += f" (the {precisions.by_name(name).label} engine also needs compute capability {needs['requires_compute_capability']}+)"
+    needs = "".join(f" (the {precisions.by_name(name).label} engine also needs compute capability {n['requires_compute_capability']}+)"
+                    for name, n in requirements.items())
+    # the command comes last: the build's summary prints it once, under the stage lines (pipeline/summary.py)
+    reason = f"{what} needs TensorRT and a GPU: {missing}{needs}; run it in our image on a machine with an NVIDIA GPU, from this folder: {job.rerun_hint()}"
     return StageResult({}, requirements, skipped=True, reason=reason, capability_missing=True)
 
 
