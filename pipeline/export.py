@@ -93,18 +93,19 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         except Exception as err:
             raise _unsupported_operator(err, module, example, exporter, profile) from err
         status("verifying against torch on onnxruntime (CPU)")
-        result = _verify(profile, module, tmp, exporter)
+        session = OnnxSession(tmp)  # one session for the file: the verification and the generation check
+        result = _verify(profile, module, tmp, exporter, session)
         from pipeline.models.decoder import derived_inputs, generates
 
         generation = None
         if generates(module):
             status("generation check: greedy decoding on onnxruntime vs torch")
-            generation = _check_generation(profile, module, tmp, generation_reference)
+            generation = _check_generation(profile, module, tmp, session, generation_reference)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
 
 
-def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch and with the exported file on onnxruntime (pipeline/core/generation.py):
+def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None) -> dict[str, Any]:
+    """Greedy decoding with torch and with the exported file on onnxruntime (`session`; pipeline/core/generation.py):
     the tokens must agree exactly. torch's run is saved to `reference_path` (if given) for later stages."""
     import time
 
@@ -122,13 +123,28 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, reference_
 
     head = embedding_head(onnx.load(str(onnx_path)))
     started = time.perf_counter()
-    reference = greedy(torch_run, profile, head)
-    session = OnnxSession(onnx_path)
+    with _one_thread(torch):
+        reference = greedy(torch_run, profile, head)
     figures = compare(reference, greedy(session.run_named, profile, head))
     require_exact(figures, "export", "torch's")
     if reference_path is not None:
         save_reference(reference_path, reference, head)
     return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
+
+
+@contextlib.contextmanager
+def _one_thread(torch: Any) -> Iterator[None]:
+    """torch on one thread while it decodes. A decode step feeds one token per row: its operations are
+    too small to share, yet torch splits them (its CPU flash attention, one parallel region per layer
+    and step), and each split waits for a second core: 10x the decode time on a 2-core machine with
+    one other busy process, and seconds under more load. One thread also makes the reference the
+    same on any machine: a GEMM split across threads rounds differently (1e-6 relative, larger models)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _function_classes(module: Any, names: list[str]) -> set[type]:
@@ -334,7 +350,7 @@ def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
     return {name: a for name, a in axes.items() if a}
 
 
-def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> ExportResult:
+def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, session: OnnxSession) -> ExportResult:
     """Compare torch and onnxruntime, output by output (by name), on random valid inputs at the profile's check sizes."""
     import onnx
     import torch
@@ -342,7 +358,6 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str) -> Ex
     from pipeline.models.decoder import prefill_sizes
 
     worst, checked = 0.0, []
-    session = OnnxSession(onnx_path)
     for i, sizes in enumerate(check_sizes(profile) + prefill_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         with torch.no_grad():

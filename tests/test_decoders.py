@@ -97,6 +97,32 @@ def test_cache_none_exports_without_it_and_still_checks_generation(folder):
     assert result.derived is None and result.generation["token_agreement"] == 1.0 and result.generation["tokens"] == 2 * 4
 
 
+def test_torch_decodes_on_one_thread_and_gets_its_threads_back(folder, monkeypatch):
+    """torch split each decode step's attention across the cores, each split waiting for a busy one
+    (seconds per check on a loaded machine, issue 32): the export decodes with torch on one thread,
+    then onnxruntime with torch's thread count as it was."""
+    import torch
+
+    import pipeline.core.generation as generation
+    from pipeline.export import export_model
+
+    greedy, seen = generation.greedy, []
+
+    def recording(run, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return greedy(run, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "greedy", recording)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        profile = load_profile(str(write_profile(folder, factory_profile("llama", '[export]\ncache = "none"\nnew_tokens = 2\n'), "threads.toml")))
+        export_model(profile, folder / "threads.onnx", exporter="torchscript")
+        assert seen == [1, 2] and torch.get_num_threads() == 2, "torch's decode on one thread, then onnxruntime's with 2 restored"
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_an_unchanged_gpt2_factory_builds_fp16_and_int8_with_generation_figures(folder):
     write_profile(folder, factory_profile("gpt2"), "gpt2.toml")
     run = run_cli("build", "--profile", str(folder / "gpt2.toml"), "--fp16", "--int8", "--until", "int8", "--out", str(folder / "out"), path=(folder,))

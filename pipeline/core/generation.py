@@ -123,11 +123,6 @@ def embedding_head(model: Any) -> np.ndarray | None:
     return None
 
 
-def onnx_runner(session: Any) -> Runner:
-    """A runner over an OnnxSession (pipeline/core/verify.py)."""
-    return session.run_named
-
-
 def save_reference(path: Path, generation: Generation, head: np.ndarray | None) -> None:
     from pipeline.core.fileio import atomic_path
 
