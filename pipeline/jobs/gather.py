@@ -1,7 +1,7 @@
 """`jobs gather`: the cells of one or more results folders in one report (html, json or md): a table
 of latency with each engine's Myelin region count and verdict beside it, plots of latency per model x
-precision x shape per GPU type (error bars p50..p90 and the spread across repeats) and of the INT8/FP16
-speedups, the cells that failed or were skipped with their reason; and the baseline gate."""
+precision x shape per GPU type (error bars p50..p90 and the spread across repeats) and of the speedups
+of each precision over FP32 (and of each quantized one over FP16), the cells that failed or were skipped with their reason; and the baseline gate."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline import precisions as registry
 from pipeline.core.errors import InputError
 from pipeline.jobs.store import CELL_SCHEMA, read_cells
 
@@ -56,15 +57,21 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# (faster, base) pairs of precisions whose p50 ratio the report shows
+SPEEDUPS = tuple((p.name, base) for base in (registry.REFERENCE, "fp16") for p in registry.PRECISIONS
+                 if p.name not in (registry.REFERENCE, base) and (base == registry.REFERENCE or p.quantized))
+
+
 def _speedups(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """FP16 and INT8 over FP32, and INT8 over FP16, for each model x shape x backend x builder x GPU."""
+    """Every precision over FP32, and each quantized one over FP16 (as the build's diff pairs them), for each
+    model x shape x backend x builder x GPU."""
     by_key: dict[tuple, dict[str, float]] = {}
     for row in done:
         key = (row["model"], row["shape"], row["backend"], row["builder"], row["gpu_name"])
         by_key.setdefault(key, {})[row["precision"]] = row["p50_ms"]
     out = []
     for (model, shape, backend, builder, gpu), p50 in by_key.items():
-        for faster, base in (("fp16", "fp32"), ("int8", "fp32"), ("int8", "fp16")):
+        for faster, base in SPEEDUPS:
             if faster in p50 and base in p50 and p50[faster]:
                 out.append({"model": model, "shape": shape, "backend": backend, "builder": builder, "gpu": gpu,
                             "ratio": f"{faster}/{base}", "speedup": round(p50[base] / p50[faster], 3)})
@@ -109,13 +116,13 @@ def plots(result: dict[str, Any]) -> dict[str, str]:
     if done:
         gpus = sorted({r["gpu_name"] for r in done})
         figure, axes = plt.subplots(len(gpus), 1, figsize=(9, 2.8 * len(gpus) + 0.6), dpi=100, squeeze=False)
-        colors = {"fp32": "#4f81bd", "fp16": "#76b900", "int8": "#e69138"}
+        colors = dict(zip(registry.names(), plt.get_cmap("tab10").colors))
         for axis, gpu in zip(axes[:, 0], gpus):
             rows = [r for r in done if r["gpu_name"] == gpu]
             labels = [f"{r['model']}\n{r['shape']} {r['backend']}{(' ' + r['builder']) if r['builder'] else ''}" for r in rows]
             groups = list(dict.fromkeys(labels))[:PLOTTED_GROUPS]
             position = {group: x for x, group in enumerate(groups)}
-            precisions = [p for p in ("fp32", "fp16", "int8") if any(r["precision"] == p for r in rows)]
+            precisions = [p for p in registry.names() if any(r["precision"] == p for r in rows)]
             width = 0.8 / max(1, len(precisions))
             for n, precision in enumerate(precisions):
                 xs, ys, low, high = [], [], [], []
