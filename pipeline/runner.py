@@ -97,6 +97,7 @@ class Runner:
         except BaseException as err:
             status, reason = self._failure(err)
             failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id)
+            self._remove_outputs(previous)
             self.changed.append(failed)
             self.ctx.manifest.put(failed)
             self._print_line(stage, failed)
@@ -187,6 +188,18 @@ class Runner:
             return False  # written by a version that did not record them: redo once
         return all((base / relative).is_file() and sha256_file(base / relative) == previous.output_sha256[label]
                    for label, relative in previous.outputs.items())
+
+    def _remove_outputs(self, previous: StageRecord | None) -> None:
+        """A stage that fails or is interrupted takes away the files of its earlier success: the folder holds no
+        model the manifest does not vouch for. Only files it wrote into the folder, unchanged since (a skipped
+        export's file is the user's; a file edited by hand is theirs now)."""
+        if previous is None or previous.status not in ("done", "cached"):
+            return
+        base = self.ctx.manifest.path.parent.resolve()
+        for label, relative in previous.outputs.items():
+            path = (base / relative).resolve()
+            if path.is_relative_to(base) and path.is_file() and sha256_file(path) == previous.output_sha256.get(label):
+                path.unlink()
 
     def _mark_stale(self) -> None:
         """Earlier runs' records downstream of a stage whose outputs this run changed (or lost) are out of date."""

@@ -165,3 +165,23 @@ def rejects_large_inputs():
 def tiny_transformer_encoder():
     """torch's own encoder layer: its dynamo export computes the attention scale with CastLike."""
     return nn.TransformerEncoder(nn.TransformerEncoderLayer(32, nhead=2, dim_feedforward=64, batch_first=True), 1, enable_nested_tensor=False).eval()
+
+
+class _TinyCnn(nn.Module):
+    """Two conv blocks with a residual, pooled into a classifier: a CNN as a user writes one."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.act = nn.ReLU()
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = self.act(self.block(x) + x)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+def tiny_cnn():
+    return _TinyCnn().eval()

@@ -209,3 +209,15 @@ def test_a_converted_model_onnxruntime_cannot_load_is_a_failed_stage_not_bad_inp
     with pytest.raises(StageFailed, match=r"^fp16: ModelOpt AutoCast wrote a model onnxruntime cannot load \(.*NoSuchOp.*\); keep the node") as info:
         check_runs(path, [{"x": np.zeros(2, np.float32)}], "fp16")
     assert str(path) not in str(info.value)
+
+
+def test_a_precision_stage_that_quantizes_nothing_fails(tmp_path):
+    """Issue 36: `build --fp8` on a small CNN said done with 0 Q / 0 DQ (the cnn preset removed the one pair ModelOpt
+    placed). A stage whose model has no quantized node fails with why (exit 1) and leaves no model.fp8.onnx."""
+    from conftest import run_cli, write_profile
+
+    profile = write_profile(tmp_path, 'name = "tiny-cnn"\n[model]\nfactory = "factories:tiny_cnn"\n[dims.batch]\nmin = 1\nopt = 2\nmax = 4\n'
+                                      '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = ["batch", 3, 16, 16]\n')
+    result = run_cli("build", "--profile", str(profile), "--fp8", "--until", "fp8", "--out", str(tmp_path / "out"))
+    assert result.returncode == 1 and "fp8: no node was quantized, so nothing of this model would run in FP8" in result.stderr
+    assert "preset cnn removed 2 Q/DQ node(s)" in result.stderr and not (tmp_path / "out" / "model.fp8.onnx").exists()

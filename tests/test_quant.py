@@ -305,13 +305,15 @@ def test_quantize_int8_takes_a_model_whose_batch_dimension_has_no_name(tmp_path)
     assert name_anonymous_input_dims(model) == ["X_dim0"] and name_anonymous_input_dims(model) == []
 
 
-def test_quantize_int8_says_when_modelopt_quantized_nothing(tmp_path):
-    """A 2-D MLP calibrated at batch 1 is all GEMV to ModelOpt: the command says so and what to do."""
+def test_quantize_int8_fails_when_modelopt_quantized_nothing(tmp_path):
+    """A 2-D MLP calibrated at batch 1 is all GEMV to ModelOpt: a model with no INT8 in it is not an INT8 model
+    (issue 36): the command fails (exit 1), says why and what to do, and writes nothing."""
     _mlp(tmp_path / "mlp.onnx", ["batch", 32])
     np.savez(tmp_path / "calib.npz", X=np.random.default_rng(1).standard_normal((16, 32)).astype(np.float32))
     result = run_cli("quantize", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "q.onnx"), "--int8", "--calib", str(tmp_path / "calib.npz"))
-    assert result.returncode == 0, result.stderr
-    assert "0 Q/DQ pairs" in result.stdout and "note: nothing was quantized" in result.stdout and "calibration batch (here 1" in result.stdout
+    assert result.returncode == 1, result.stderr
+    assert "int8: no node was quantized" in result.stderr and "calibration batch (here 1" in result.stderr
+    assert not (tmp_path / "q.onnx").exists()
 
 
 

@@ -151,6 +151,47 @@ def test_interrupt_and_bug_are_recorded(tmp_path):
     assert record["status"] == "failed" and record["reason"].startswith("internal error: KeyError")
 
 
+def test_a_stage_that_fails_takes_away_the_files_of_its_earlier_success(tmp_path):
+    """Issue 36: a failed INT8 stage left the previous model.int8.onnx beside a manifest saying failed."""
+    counting = CountingStage()
+    make_runner(tmp_path, counting).run([counting.stage()])
+    kept = tmp_path / "kept.txt"
+    kept.write_text("not a stage's output")
+
+    def fail(job):
+        raise StageFailed("export: accuracy below the gate")
+
+    with pytest.raises(StageFailed):
+        make_runner(tmp_path, counting).run([Stage("export", fail)])
+    assert not (tmp_path / "export.txt").exists() and kept.exists()
+    (record,) = json.loads((tmp_path / "manifest.json").read_text())["stages"]
+    assert record["status"] == "failed" and record["outputs"] == {}
+
+
+def test_a_failed_stage_leaves_a_file_edited_since_and_a_skipped_stages_input(tmp_path):
+    """Only the files the stage wrote, unchanged since, go: a hand-edited output, or the user's ONNX file a skipped
+    export recorded as its output, stay."""
+    counting = CountingStage()
+    make_runner(tmp_path, counting).run([counting.stage()])
+    (tmp_path / "export.txt").write_text("edited by hand")
+    users = tmp_path / "users.onnx"
+    users.write_text("the user's model")
+
+    def skip(job):
+        return StageResult({"onnx": users}, skipped=True, reason=f"starting from {users}")
+
+    def fail(job):
+        raise StageFailed("boom")
+
+    with pytest.raises(StageFailed):
+        make_runner(tmp_path, counting).run([Stage("export", fail)])
+    assert (tmp_path / "export.txt").read_text() == "edited by hand"
+    make_runner(tmp_path).run([Stage("export", skip)])
+    with pytest.raises(StageFailed):
+        make_runner(tmp_path).run([Stage("export", fail)])
+    assert users.read_text() == "the user's model"
+
+
 def test_a_stage_cannot_read_a_failed_or_stale_stage(tmp_path):
     def fail(job):
         raise InputError("bad")

@@ -24,6 +24,7 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     with atomic_path(target) as tmp, shared.logged(log):
         result = quantize_fp8(source, tmp, data, batch, shared.held_out(profile), reference, q.preset, max_sequence=shared.max_sequence(profile),
                               min_cosine=q.min_cosine_fp8, on_step=on_step)
+        shared.require_quantized("fp8", result.qdq["quantize"], "; ".join(result.notes) + "; try another --preset (modelopt keeps ModelOpt's placement)")
         shared.gate("fp8", result.accuracy, q.min_cosine_fp8)
     return result, origin
 

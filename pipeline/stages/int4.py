@@ -25,6 +25,7 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
     with atomic_path(target) as tmp, shared.logged(log):
         result = quantize_int4(source, tmp, data, batch, shared.held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
                                on_step=on_step)
+        shared.require_quantized("int4", result.qdq["dequantize"], "; ".join(result.notes) or "ModelOpt quantized no weight")
         shared.gate("int4", result.accuracy, q.min_cosine_int4)
     return result, origin
 

@@ -18,6 +18,7 @@ QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """Q/DQ `source` into `target` with the profile's quant settings; returns the result and where the calibration data came from."""
+    from pipeline.core.fileio import atomic_path
     from pipeline.core.quiet import captured
     from quant.calibration import calibration_data, decoder_calibration, fed_as_decoder
     from quant.int8 import quantize_int8
@@ -27,10 +28,20 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
         calibration, origin = decoder_calibration(profile, source, q.samples)
     else:
         calibration, origin = calibration_data(profile, calib, source)
-    with captured(log):
-        result = quantize_int8(source, target, calibration, shared.calibration_batch(profile, source), q.preset, q.int8_float_dtype,
-                               q.calibration_method, shared.max_sequence(profile), on_step=on_step)
+    batch = shared.calibration_batch(profile, source)
+    with atomic_path(target) as tmp, captured(log):
+        result = quantize_int8(source, tmp, calibration, batch, q.preset, q.int8_float_dtype, q.calibration_method, shared.max_sequence(profile),
+                               on_step=on_step)
+        shared.require_quantized("int8", result.qdq_pairs, (
+            f"ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration batch (here {batch}: a 2-D input's batch "
+            f"is M) or its K or N is under 16, and a Conv with too few channels{_removed(result)}; if you deploy at a larger batch, "
+            "pass --profile with it, or try another --preset"))
     return result, origin
+
+
+def _removed(result) -> str:
+    removed = len(result.qdq_removed_by_preset) // 2
+    return f"; the {result.preset} preset removed {removed} Q/DQ pair(s) that TensorRT's fusion rules reject" if removed else ""
 
 
 def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
@@ -94,13 +105,8 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
         loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
     profile = Settings("int8", loaded, Options(calib=request.calib, preset=request.preset), QUANTIZE_READS).profile
     result, origin = quantize(profile, request.calib, request.source, request.output, on_step=request.on_step)
-    line = (f"wrote {request.output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
+    return (f"wrote {request.output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
             f"lint-qdq: {len(result.findings)} findings")
-    if result.qdq_pairs == 0:
-        line += ("\nnote: nothing was quantized. ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration "
-                 f"batch (here {shared.calibration_batch(profile, request.source)}: a 2-D input's batch is M) or its K or N is under 16, "
-                 "and a Conv with too few channels; if you deploy at a larger batch, pass --profile with it")
-    return line
 
 
 STAGE = Stage(

@@ -116,6 +116,14 @@ def gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
         )
 
 
+def require_quantized(stage: str, nodes: int, why: str) -> None:
+    """A precision stage whose model has no quantized node made nothing of what it exists for: it fails, saying why."""
+    from pipeline.core.errors import StageFailed
+
+    if nodes == 0:
+        raise StageFailed(f"{stage}: no node was quantized, so nothing of this model would run in {stage.upper()}: {why}")
+
+
 def calibration_batch(profile: Profile, source: Path) -> int:
     """Samples per calibration run: the model's static batch dim, else the profile's batch size (at opt) for
     the model's first input it describes, else 1 (a profile describing another model says nothing of this one)."""
