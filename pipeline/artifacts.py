@@ -25,7 +25,8 @@ class Built:
 
 
 def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
-    """The profile a build folder records and its precisions that have a model, by name (registry order)."""
+    """The profile a build folder records (as --profile takes it) and its precisions that have a model, by name
+    (registry order)."""
     path = Path(folder) / "manifest.json"
     if not path.is_file():
         raise InputError(f"{folder}: no manifest.json, so not a build's output folder; run `python -m pipeline build --out {folder}` first")
@@ -41,4 +42,4 @@ def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
         engine_files = {label: output("build", f"{p.name}_{label}") for label in ("engine", "layers", "profile")}
         if (onnx := output(p.stage, "onnx")) is not None or any(engine_files.values()):
             built[p.name] = Built(p, onnx, **engine_files)
-    return manifest.profile, built
+    return manifest.profile_argument, built

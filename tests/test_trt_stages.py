@@ -93,6 +93,17 @@ def test_bench_ort_cpu_writes_json_and_png(tmp_path):
     assert (tmp_path / "b.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_of_a_build_reads_its_profile_from_the_manifest(tmp_path):
+    """Issue 36: the first bench of one's own build failed with bert-tiny's input names unless --profile repeated it."""
+    profile = write_profile(tmp_path, TINY_MLP_PROFILE)
+    assert run_cli("build", "--profile", str(profile), "--fp16", "--until", "fp16", "--out", str(tmp_path / "out")).returncode == 0
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["profile_source"] == str(profile.resolve())
+    for artifact in (tmp_path / "out", tmp_path / "out" / "model.fp16.onnx"):
+        result = run_cli("bench", str(artifact), "--iterations", "3", "--warmup", "0", "-o", str(tmp_path / "b.json"))
+        assert result.returncode == 0, result.stderr
+    assert set(json.loads((tmp_path / "b.json").read_text())["models"]) == {"model.fp16"}
+
+
 def test_bench_bad_inputs(tmp_path):
     missing = run_cli("bench", str(tmp_path / "nope.onnx"))
     assert missing.returncode == 2 and "no such model file or artifacts folder" in missing.stderr

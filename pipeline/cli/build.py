@@ -96,7 +96,7 @@ def build(
          folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
         for stale in remove_stale_temp_files(out_dir):
             out_console.print(f"removed {stale.name}, left by an interrupted run", highlight=False, markup=False)
-        manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name)
+        manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name, _profile_source(loaded))
         if manifest.profile != loaded.name:
             raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
         ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
@@ -117,6 +117,14 @@ def check_build_options(options: Options) -> None:
             flag = "--" + option.replace("_", "-")
             raise PipelineError(f"{flag} is the {what} of the {'/'.join(p.label for p in precisions)} stages, which this build does not run; "
                                 f"add {registry.listed(precisions)}, or drop {flag}")
+
+
+def _profile_source(profile) -> Optional[str]:
+    """The profile's file as the manifest records it (None for a packaged profile, named by its name)."""
+    from trt.capability import profile_argument
+
+    argument = profile_argument(profile)
+    return str(Path(argument).resolve()) if isinstance(argument, Path) else None
 
 
 def _factory_outside(profile) -> Optional[Path]:

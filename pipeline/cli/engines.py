@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import ProfileOption, app, console, emit, stdout_console
+from pipeline.cli.app import app, console, emit, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 
@@ -150,7 +150,7 @@ def bench(
     warmup: Annotated[int, typer.Option(min=0, help="Untimed runs first.")] = 10,
     iterations: Annotated[int, typer.Option(min=1, help="Timed runs per model.")] = 100,
     batch: Annotated[Optional[int], typer.Option(min=1, help="Batch size, for profiles with a dynamic 'batch' dim.")] = None,
-    profile: ProfileOption = DEFAULT_PROFILE,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile of the models' inputs [default: the one the build's manifest records (ARTIFACT's folder), else bert-tiny].")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Results JSON [default: <folder>/bench.<backend>.json]; the PNG goes beside it.")] = None,
 ) -> None:
     from rich.progress import Progress
@@ -162,7 +162,7 @@ def bench(
     from trt.bench import bench as run_bench
     from trt.bench import plot
 
-    loaded = load_profile(profile)
+    loaded = load_profile(profile or _recorded_profile(artifact))
     if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing
@@ -195,6 +195,14 @@ def bench(
     for label, why in result.get("not_timed", {}).items():
         out.print(f"{label:>6}: not timed: {why}", highlight=False, markup=False)
     out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False, markup=False)
+
+def _recorded_profile(artifact: Path) -> str:
+    """The profile the build of ARTIFACT (a build folder, or a file in one) records, else the default profile."""
+    from pipeline.artifacts import read_build
+
+    folder = artifact if artifact.is_dir() else artifact.parent
+    return read_build(folder)[0] if (folder / "manifest.json").is_file() else DEFAULT_PROFILE
+
 
 def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
     """One model, or every precision a build folder holds for this backend (its engines, or its ONNX models)."""

@@ -40,13 +40,20 @@ class Manifest:
     path: Path
     profile: str
     stages: list[StageRecord] = field(default_factory=list)
+    profile_source: str | None = None  # the profile's file, for the commands that read the folder (None: a packaged profile)
     order: tuple[str, ...] = ()  # the stages in pipeline order (the runner's); records are kept in it
 
     @classmethod
-    def load_or_new(cls, path: Path, profile: str) -> Manifest:
+    def load_or_new(cls, path: Path, profile: str, profile_source: str | None = None) -> Manifest:
         if not path.exists():
-            return cls(path, profile)
-        return cls(path, *_read(path, profile))
+            return cls(path, profile, profile_source=profile_source)
+        found, stages, recorded = _read(path, profile)
+        return cls(path, found, stages, profile_source or recorded)
+
+    @property
+    def profile_argument(self) -> str:
+        """What `--profile` takes to name this build's profile: its file, or a packaged profile's name."""
+        return self.profile_source or self.profile
 
     def get(self, name: str) -> StageRecord | None:
         return next((s for s in self.stages if s.name == name), None)
@@ -57,7 +64,7 @@ class Manifest:
         Records written to the file by someone else since it was read are kept (merged by stage).
         """
         if self.path.exists():
-            _, self.stages = _read(self.path, self.profile)
+            _, self.stages, _ = _read(self.path, self.profile)
         self.stages = [s for s in self.stages if s.name != record.name] + [record]
         order = {name: i for i, name in enumerate(self.order)}
         self.stages.sort(key=lambda s: order.get(s.name, len(order)))
@@ -70,15 +77,15 @@ class Manifest:
         return self.path.parent / record.outputs[label]
 
     def save(self) -> None:
-        write_json(self.path, {"profile": self.profile, "stages": [asdict(s) for s in self.stages]})
+        write_json(self.path, {"profile": self.profile, "profile_source": self.profile_source, "stages": [asdict(s) for s in self.stages]})
 
 
-def _read(path: Path, profile: str) -> tuple[str, list[StageRecord]]:
+def _read(path: Path, profile: str) -> tuple[str, list[StageRecord], str | None]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         known = {f.name for f in fields(StageRecord)}
         stages = [StageRecord(**{k: v for k, v in s.items() if k in known}) for s in data["stages"]]
-        return data.get("profile", profile), stages
+        return data.get("profile", profile), stages, data.get("profile_source")
     except OSError as err:
         raise InputError(describe_os_error(err, path, writing=False)) from err
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
