@@ -508,6 +508,7 @@ def check_onnx_file(path: Path, profile: Profile) -> int:
     declared = [spec.name for spec in profile.inputs]
     missing = [name for name in inputs if name not in declared]
     if missing:
+        fix = "pass --profile with a profile of your model" if profile.packaged else f"add it to {profile.source}"
         raise InputError(f"{path}: model input {missing[0]!r} is not in profile {profile.name}'s [[inputs]] ({', '.join(declared)}); "
-                         f"add it to {profile.source} (the model's inputs: {', '.join(inputs)})")
+                         f"{fix} (the model's inputs: {', '.join(inputs)})")
     return len(model.graph.node)

@@ -22,7 +22,7 @@ def stage_lines(stdout: str, stage: str) -> list[str]:
 def test_a_cpu_run_of_the_default_profile_prints_each_stage_once_and_ends_with_the_real_logs_verdict(bert_tiny_torchscript, tmp_path):
     from trt.report import report_from_files
 
-    result = run_cli("build", "--onnx", str(bert_tiny_torchscript), "--out", "o", cwd=tmp_path)
+    result = run_cli("build", "--profile", "bert-tiny", "--onnx", str(bert_tiny_torchscript), "--out", "o", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for stage in STAGES:
         assert len(stage_lines(result.stdout, stage)) == 1, (stage, result.stdout)

@@ -25,10 +25,7 @@ def tensorrt_missing() -> str | None:
 
 def profile_argument(profile) -> str | Path:
     """What to pass as --profile in the container: a built-in profile's name, any other profile's file."""
-    from pipeline.core.profiles import packaged_profiles
-
-    built_in = profile.source is None or Path(profile.source).resolve().parent == packaged_profiles().resolve()
-    return profile.name if built_in else Path(profile.source)
+    return profile.name if profile.packaged else Path(profile.source)
 
 
 def docker_command(arguments: list[str | Path], also_mount: list[Path] = ()) -> str:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from pipeline import precisions as registry
-from pipeline.cli.app import ProfileOption, app, console, precision_flags, stdout_console
+from pipeline.cli.app import app, console, precision_flags, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 from pipeline.core.text import printable
@@ -50,7 +50,7 @@ def _gate_defaults(gate: str) -> str:
 )
 @precision_flags
 def build(
-    profile: ProfileOption = DEFAULT_PROFILE,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help=f"Profile name (profiles/NAME.toml) or path to a .toml file [default: {DEFAULT_PROFILE}; with --onnx, required].")] = None,
     onnx: Annotated[Optional[Path], typer.Option(help="Start from this ONNX file instead of exporting.")] = None,
     precisions: frozenset[str] = frozenset(),
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
@@ -78,6 +78,10 @@ def build(
     options = Options(precisions, onnx, calib, preset.value if preset else None, min_cosine, min_token_agreement,
                       verbosity.value if verbosity else None, weak_fp16)
     check_build_options(options)
+    if onnx is not None and profile is None:
+        raise PipelineError(f"build --onnx {onnx} needs --profile: a profile names the model's inputs and the sizes to build for "
+                            f"({_onnx_inputs(onnx)}); write one (docs/models.md, \"Starting from an ONNX file\") and pass --profile FILE.toml")
+    profile = profile or DEFAULT_PROFILE
     plan = build_plan(options)
     if until is not None and until not in (names := [stage.name for stage in plan]):
         raise PipelineError(f"Invalid value for '--until': {until!r} is not a stage of this build; use one of {', '.join(names)}")
@@ -117,6 +121,23 @@ def check_build_options(options: Options) -> None:
             flag = "--" + option.replace("_", "-")
             raise PipelineError(f"{flag} is the {what} of the {'/'.join(p.label for p in precisions)} stages, which this build does not run; "
                                 f"add {registry.listed(precisions)}, or drop {flag}")
+
+
+def _onnx_inputs(path: Path) -> str:
+    """`its inputs: input_ids int64 [batch, seq], ...`, read without the weights."""
+    import onnx
+
+    from pipeline.core.fileio import require_file
+    from pipeline.core.onnxfile import load_onnx
+
+    model = load_onnx(require_file(path, "ONNX file", "pass an existing .onnx path"))
+    weights = {i.name for i in model.graph.initializer}
+    described = []
+    for value in (v for v in model.graph.input if v.name not in weights):
+        tensor = value.type.tensor_type
+        dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in tensor.shape.dim]
+        described.append(f"{value.name} {onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)} [{', '.join(dims)}]")
+    return "its inputs: " + ", ".join(described)
 
 
 def _profile_source(profile) -> Optional[str]:

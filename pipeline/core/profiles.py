@@ -265,6 +265,11 @@ class Profile(_Section):
         return any(d.min != d.max for d in self.dims.values())
 
     @property
+    def packaged(self) -> bool:
+        """A profile shipped with the project (or the built-in defaults), not a user's file."""
+        return self.source is None or Path(self.source).resolve().parent == packaged_profiles().resolve()
+
+    @property
     def folder(self) -> Path:
         """The profile file's folder (relative paths and factory modules are taken from here)."""
         return self.source.parent.resolve() if self.source else Path.cwd()
