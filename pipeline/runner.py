@@ -148,9 +148,12 @@ class Runner:
         changed = []
         for part, what in (("settings", "setting"), ("inputs", "input"), ("code", "code of"), ("packages", "package")):
             before, now = previous.key.get(part, {}), key.get(part, {})
-            for name in sorted(before.keys() | now.keys()):
-                if before.get(name) != now.get(name):
-                    changed.append(f"{what} {describe_change(name, before.get(name), now.get(name)) if part in ('settings', 'packages') else name}")
+            names = [name for name in sorted(before.keys() | now.keys()) if before.get(name) != now.get(name)]
+            if part == "code" and names:  # one entry: an upgrade changes many modules at once
+                changed.append(f"{what} {', '.join(names[:3])}" + (f" and {len(names) - 3} more modules" if len(names) > 3 else ""))
+                continue
+            changed += [f"{what} {describe_change(name, before.get(name), now.get(name)) if part in ('settings', 'packages') else name}"
+                        for name in names]
         if changed and previous.key:
             return "rerun: " + "; ".join(changed) + " changed"
         if previous.status not in ("done", "cached"):

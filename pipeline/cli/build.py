@@ -67,34 +67,24 @@ def build(
 ) -> None:
     from pipeline.core.fileio import remove_stale_temp_files
     from pipeline.core.manifest import Manifest
-    from pipeline.core.profiles import load_profile, shadowed_profile
+    from pipeline.core.profiles import shadowed_profile
     from pipeline.lock import folder_lock
     from pipeline.runner import Runner
-    from pipeline.settings import Options, check_gates
+    from pipeline.settings import Options
     from pipeline.stage import Context
-    from pipeline.stages import build_plan, catalogue
+    from pipeline.stages import catalogue
     from pipeline.summary import print_next_steps, shown_path
 
     options = Options(precisions, onnx, calib, preset.value if preset else None, min_cosine, min_token_agreement,
                       verbosity.value if verbosity else None, weak_fp16)
-    check_build_options(options)
-    if onnx is not None and profile is None:
-        raise PipelineError(f"build --onnx {onnx} needs --profile: a profile names the model's inputs and the sizes to build for "
-                            f"({_onnx_inputs(onnx)}); write one (docs/models.md, \"Starting from an ONNX file\") and pass --profile FILE.toml")
-    profile = profile or DEFAULT_PROFILE
-    plan = build_plan(options)
-    if until is not None and until not in (names := [stage.name for stage in plan]):
-        raise PipelineError(f"Invalid value for '--until': {until!r} is not a stage of this build; use one of {', '.join(names)}")
-    loaded = load_profile(profile)
-    check_gates(loaded)
-    out_dir = out or Path("artifacts") / loaded.name
+    loaded, plan, out_dir = _checked(options, profile, until, strict, out)
     out_console = stdout_console()
     out_console.print(f"profile {loaded.name} from {shown_path(loaded.source) if loaded.source else 'the built-in defaults'}", highlight=False, markup=False)
     if (outside := _factory_outside(loaded)) is not None:
         out_console.print(f"note: model.factory {loaded.model.factory} runs code from {outside} (outside the profile's folder and the installed packages)",
                           highlight=False, markup=False)
-    if (ignored := shadowed_profile(profile)) is not None:
-        out_console.print(f"note: {ignored} is not used: the packaged profile {profile!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
+    if (ignored := shadowed_profile(profile or DEFAULT_PROFILE)) is not None:
+        out_console.print(f"note: {ignored} is not used: the packaged profile {loaded.name!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
     created = _missing_folders(out_dir) + ([] if (out_dir / "manifest.json").exists() else [out_dir / "manifest.json"])
     with _leave_as_found_on_bad_input(created), \
          folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
@@ -106,6 +96,42 @@ def build(
         ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
         records = Runner(ctx, out_console, force=force, strict=strict, catalogue=catalogue()).run(plan, until=until)
     print_next_steps(out_console, loaded, manifest.path, records)
+
+
+def _checked(options: Options, profile: Optional[str], until: Optional[str], strict: bool, out: Optional[Path]):
+    """The profile, the plan and the output folder, after every check that needs no stage to run: a bad input
+    is refused before anything is written or computed."""
+    from pipeline.core.fileio import require_file
+    from pipeline.core.profiles import load_profile
+    from pipeline.settings import check_gates
+    from pipeline.stages import build_plan
+
+    check_build_options(options)
+    if options.onnx is not None and profile is None:
+        raise PipelineError(f"build --onnx {options.onnx} needs --profile: a profile names the model's inputs and the sizes to build for "
+                            f"({_onnx_inputs(options.onnx)}); write one (docs/models.md, \"Starting from an ONNX file\") and pass --profile FILE.toml")
+    plan = build_plan(options)
+    names = [stage.name for stage in plan]
+    if until is not None and until not in names:
+        raise PipelineError(f"Invalid value for '--until': {until!r} is not a stage of this build; use one of {', '.join(names)}")
+    if options.calib is not None:
+        require_file(options.calib, "calibration file", "pass an existing .npz (one array per model input, samples on axis 0)")
+    loaded = load_profile(profile or DEFAULT_PROFILE)
+    check_gates(loaded)
+    out_dir = out or Path("artifacts") / loaded.name
+    if strict:
+        _fail_early_without_tensorrt(plan[: names.index(until) + 1] if until else plan, lambda: _docker_hint(loaded, options, out_dir))
+    return loaded, plan, out_dir
+
+
+def _fail_early_without_tensorrt(plan, rerun_hint) -> None:
+    """--strict on a machine without TensorRT fails before the CPU stages, not after them."""
+    from pipeline.core.errors import CapabilityMissing
+    from trt.capability import tensorrt_missing
+
+    if any(stage.name in ("build", "bench") for stage in plan) and (missing := tensorrt_missing()):
+        raise CapabilityMissing(f"--strict: building engines needs TensorRT and a GPU: {missing}; run it in our image on a machine with an "
+                                f"NVIDIA GPU, from this folder: {rerun_hint()}")
 
 
 def check_build_options(options: Options) -> None:

@@ -319,6 +319,9 @@ def resolve_profile_path(name_or_path: str) -> Path:
         candidate = directory / f"{name_or_path}.toml"
         if candidate.is_file():
             return candidate
+    beside = Path(f"{name_or_path}.toml")
+    if beside.is_file():
+        raise ProfileError(f"profile {name_or_path!r} is not a packaged profile; ./{beside} is here: pass --profile {beside} (a file's path ends in .toml)")
     raise ProfileError(
         f"profile {name_or_path!r} not found in {', '.join(str(d) for d in _search_dirs()) or 'profiles/'}; "
         f"available: {', '.join(available_profiles()) or 'none'}"
