@@ -214,8 +214,8 @@ class Runner:
             if causes:
                 cause = causes[0]
                 manifest.put(replace(record, status="stale", reason=(
-                    f"from run {record.run or 'before'}; stage {cause.name} ran again in run {self.run_id} ({cause.status}), "
-                    f"so this {record.status} result is out of date: run build again with the flags that produce it")))
+                    f"stage {cause.name} ran again ({cause.status}); this {record.status} result of run {record.run or 'before'} is out of "
+                    f"date since run {self.run_id}: run build again with the flags that produce it")))
 
     def _print_line(self, stage: Stage | None, record: StageRecord) -> None:
         colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow"}[record.status]
@@ -223,7 +223,7 @@ class Runner:
         if record.status in ("done", "cached"):  # its figures; a stage outside this run's plan has no key metric to read them
             detail = stage.key_metric(record.metrics) if stage else ""
         else:
-            detail = split_next_step(record.reason)[0]
+            detail = record.reason.split(";")[0] if record.status == "stale" else split_next_step(record.reason)[0]  # a stale line: its cause
         earlier = record.run != self.run_id
         text = " ".join(part for part in (escape(printable(detail)), "(earlier run)" if earlier else "") if part)
         self.console.print(f"{record.name:<9} {status} {record.seconds:7.2f}s  {text}", highlight=False, soft_wrap=True)

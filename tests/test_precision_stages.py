@@ -25,6 +25,15 @@ def vit(tmp_path_factory):
     return out, runs
 
 
+def test_a_stage_keeps_its_log_only_when_the_libraries_said_something(vit):
+    """Issue 36: an empty int8.log / fp8.log per stage was noise; a log that is kept is recorded as the stage's output."""
+    out, _ = vit
+    logs = {path.name: path.stat().st_size for path in out.glob("*.log")}
+    assert all(size > 0 for size in logs.values()), logs
+    for name, record in _records(out).items():
+        assert ("log" in record["outputs"]) == (f"{name}.log" in logs), name
+
+
 def test_fp8_stage_writes_fp8_qdq_at_opset_21_gated(vit):
     out, runs = vit
     fp8 = _records(out)["fp8"]

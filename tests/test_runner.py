@@ -132,6 +132,8 @@ def test_a_failure_makes_earlier_downstream_records_stale(tmp_path):
         make_runner(tmp_path, export, int8).run([export.stage(), Stage("optimize", fail), int8.stage()])
     statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
     assert statuses == {"export": "cached", "optimize": "failed", "int8": "stale"}
+    stale = [line for line in (tmp_path / "console.txt").read_text().splitlines() if line.startswith("int8      stale")][-1]
+    assert stale.endswith("s  stage optimize ran again (failed) (earlier run)")  # its cause, not four 250-character lines (issue 36)
 
 
 def test_interrupt_and_bug_are_recorded(tmp_path):

@@ -154,7 +154,7 @@ def _report_failure(err: BaseException) -> int:
         if type(err).__name__ == "NoArgsIsHelpError":
             sys.stdout.write(err.format_message() + "\n")
             return 0
-        command = context.command_path if context is not None else "python -m pipeline"
+        command = context.command_path if context is not None else _command_path()
         message = err.format_message().replace("Value error, ", "").rstrip(".")
         _error_line(f"{message} (see `{command} --help`)")
         return err.exit_code
@@ -168,6 +168,14 @@ def _report_failure(err: BaseException) -> int:
         return 1
     _error_line(f"internal error (a bug in trt-pipeline): {type(err).__name__}: {first_line(err)}; rerun with --debug and report the traceback")
     return 1
+
+
+def _command_path() -> str:
+    """`python -m pipeline CMD` for the command on the command line (click gives no context for an option missing
+    its value), else the application."""
+    commands = {command.name or command.callback.__name__.replace("_", "-") for command in app.registered_commands}
+    named = next((arg for arg in sys.argv[1:] if arg in commands), None)
+    return f"python -m pipeline {named}" if named else "python -m pipeline"
 
 
 def _error_line(message: str) -> None:

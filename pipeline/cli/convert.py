@@ -149,7 +149,7 @@ def quantize(
     check_outputs([output], [source, calib])
     load_onnx(source)
     module = sys.modules[precision_stage(precision).run.__module__]
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"making the {precision.label} model", total=None)
         request = QuantizeRequest(source, output, profile, calib, preset.value if preset else None, float_parts,
                                   on_step=lambda done, total: progress.update(task, completed=done, total=total))

@@ -182,7 +182,7 @@ def bench(
             raise PipelineError(f"--batch {batch}: profile {loaded.name} has no dynamic 'batch' dim allowing it; its inputs are {[list(loaded.shape(i)) for i in loaded.inputs]}")
         dims["batch"] = batch
     feeds = make_inputs(loaded, seed=seeds.BENCH, dims=dims)
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("benchmark", total=iterations * len(models))
         result = run_bench(models, backend.value, feeds, warmup, iterations, skip_unsupported=artifact.is_dir(),
                            on_step=lambda label, done, total: progress.update(task, description=f"{label} {done}/{total}", advance=1))

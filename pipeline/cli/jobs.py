@@ -71,7 +71,7 @@ def run_command(matrix_path: MatrixArgument, out: OutOption, force: Annotated[bo
     from pipeline.jobs.runner import run_all
 
     matrix, cells = _plan(matrix_path)
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("cells", total=len(cells))
 
         def on_cell(cell, status: str) -> None:

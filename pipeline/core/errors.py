@@ -28,6 +28,23 @@ class CapabilityMissing(PipelineError):
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of a library's exception message (its type when it has none): what an error line quotes."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    """What an error line quotes of a library's exception: its message's first line that says something (a line
+    ending in ":" runs on into the next), and the innermost cause's when that is another exception's; its type
+    when it has no message."""
+    said = _said(err) or type(err).__name__
+    cause = err
+    while (inner := cause.__cause__ or cause.__context__) is not None and inner is not cause and len(said) < 400:
+        cause = inner
+    if cause is not err and (because := _said(cause)) and because not in said:
+        said += f" (caused by {type(cause).__name__}: {because})"
+    return said
+
+
+def _said(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    said = lines[0] if lines else ""
+    for line in lines[1:3]:
+        if not said.endswith(":"):
+            break
+        said += " " + line
+    return said

@@ -18,8 +18,19 @@ def captured(log: Path | None = None) -> Iterator[None]:
 
     Descriptor 1 is left alone so our own progress display keeps drawing. The log is written
     to a temporary file and renamed onto `log` when the block ends, failed or not, so a
-    symlink planted at `log` is replaced, never written through.
+    symlink planted at `log` is replaced, never written through; a log with nothing in it is
+    not left behind.
     """
+    try:
+        with _redirected(log):
+            yield
+    finally:
+        if log is not None and log.is_file() and log.stat().st_size == 0:
+            log.unlink()
+
+
+@contextlib.contextmanager
+def _redirected(log: Path | None) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         if log is None:
             sink = stack.enter_context(tempfile.TemporaryFile("w+"))

@@ -28,25 +28,29 @@ def read_toml(path: Path, error: type[PipelineError], what: str) -> dict[str, An
 
 
 def describe_validation_error(err: ValidationError, schema: type[BaseModel], what: str) -> str:
-    """One line: the first problem's key and what to do, and how many more there are.
+    """One line: the first two problems' keys and what to do, and how many more there are.
 
     A misspelt key is reported before anything else (it usually is the cause of a "missing" one), with
     the key it is closest to, or the keys its table takes."""
     errors = sorted(err.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
-    first = errors[0]
-    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in first["loc"]).replace(".[", "[")
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        fields = _fields_at(schema, first["loc"][:-1])
-        close = difflib.get_close_matches(str(first["loc"][-1]), fields, n=1)
+    text = "; also ".join(_problem(error, schema, what) for error in errors[:2])
+    more = len(errors) - 2
+    return text + (f" (+{more} more problem{'s' if more > 1 else ''})" if more > 0 else "")
+
+
+def _problem(error: dict, schema: type[BaseModel], what: str) -> str:
+    """`key: what is wrong with it` for one of pydantic's errors."""
+    key = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in error["loc"]).replace(".[", "[")
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        fields = _fields_at(schema, error["loc"][:-1])
+        close = difflib.get_close_matches(str(error["loc"][-1]), fields, n=1)
         message = f"unknown key; did you mean {close[0]!r}?" if close else f"unknown key; this table takes: {', '.join(fields)}"
-    elif first["type"] == "missing":
+    elif error["type"] == "missing":
         message = "required key is missing"
-    elif first["type"] == "literal_error":
-        message = f"{first['input']!r} is not known: {message[0].lower()}{message[1:]}"
-    text = f"{key}: {message}" if key else f"{what}: {message}"
-    more = len(errors) - 1
-    return text + (f" (+{more} more problem{'s' if more > 1 else ''})" if more else "")
+    elif error["type"] == "literal_error":
+        message = f"{error['input']!r} is not known: {message[0].lower()}{message[1:]}"
+    return f"{key}: {message}" if key else f"{what}: {message}"
 
 
 def _fields_at(schema: type[BaseModel], loc: tuple) -> list[str]:

@@ -38,7 +38,7 @@ def run_bf16(job: Job) -> StageResult:
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": q.min_cosine_bf16}
-    return StageResult({"onnx": target, "log": job.out / "bf16.log"}, metrics)
+    return StageResult({"onnx": target, **shared.log_output(job.out / "bf16.log")}, metrics)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:

@@ -43,7 +43,7 @@ def run_fp8(job: Job) -> StageResult:
     with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "fp8.log", on_step=step)
     write_json(job.out / "fp8.lint.json", findings_json(result.findings))
-    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", "log": job.out / "fp8.log"}, shared.ptq_metrics(result, origin))
+    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", **shared.log_output(job.out / "fp8.log")}, shared.ptq_metrics(result, origin))
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:

@@ -84,7 +84,7 @@ def run_int8(job: Job) -> StageResult:
         "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}, "accuracy": figures, "min_cosine": q.min_cosine_int8,
         **({"generation": generation} if generation else {}),
     }
-    return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", "log": job.out / "int8.log"}, metrics)
+    return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", **shared.log_output(job.out / "int8.log")}, metrics)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:

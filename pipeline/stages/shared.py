@@ -150,6 +150,11 @@ def max_sequence(profile: Profile) -> int | None:
     return max((d.max for name, d in profile.dims.items() if name in SEQUENCE_DIMS), default=None)
 
 
+def log_output(log: Path) -> dict[str, Path]:
+    """The stage's `log` output, when the libraries said anything (an empty log is not kept)."""
+    return {"log": log} if log.is_file() else {}
+
+
 @contextmanager
 def logged(log: Path | None) -> Iterator[None]:
     """The libraries' output into `log`; a user's input error leaves no log behind (nothing half written)."""

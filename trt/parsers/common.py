@@ -33,11 +33,23 @@ def read_text(path: Path, what: str) -> str:
     if not data or data.isspace():
         raise LayerInfoParseError(str(path), "empty file", "byte 0", "the file is empty", f"TensorRT {what}")
     if b"\x00" in data[:65536]:
-        raise LayerInfoParseError(str(path), "binary file", f"byte {data.index(0)}", "a NUL byte", f"TensorRT {what} as text (an .engine file is not accepted: export its layer information)")
+        raise InputError(_binary(Path(path), what, data.index(0)))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         raise LayerInfoParseError(str(path), "binary file", f"byte {err.start}", "not UTF-8 text", f"TensorRT {what} as text") from err
+
+
+def _binary(path: Path, what: str, nul: int) -> str:
+    """Why a binary file is not layer information, and what to give instead (an ONNX model and an engine say so)."""
+    if path.suffix.lower() == ".onnx":
+        return (f"{path}: an ONNX model, not TensorRT {what}: TensorRT writes that when it builds an engine from the model (the build "
+                "stage's <precision>.layers.json, trtexec --exportLayerInfo); build one where TensorRT is: python -m pipeline build "
+                f"--onnx {path} --profile P --strict")
+    if path.suffix.lower() in (".engine", ".plan", ".trt"):
+        return (f"{path}: a serialized engine, not TensorRT {what} as text: export its layer information, e.g. trtexec "
+                f"--loadEngine={path} --profilingVerbosity=detailed --exportLayerInfo=layers.json")
+    return f"{path}: binary file: byte {nul}: a NUL byte; expected TensorRT {what} as text (an .engine file is not accepted: export its layer information)"
 
 
 def text_lines(text: str) -> list[str]:
