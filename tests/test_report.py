@@ -58,6 +58,19 @@ def test_bert_resolves_in_the_torchscript_export_and_rolls_up_modules(trt_fixtur
     assert report["fusion_map"]["order"] == "onnx"
 
 
+def test_a_dynamo_export_beside_a_torchscript_built_engine_says_which_exporter(trt_fixtures, bert_tiny_torchscript, tmp_path):
+    """Issue 36: the build's (dynamo) export resolves none of the log's names; the finding says to export with TorchScript."""
+    from pipeline.core.profiles import load_profile
+    from pipeline.export import export_model
+
+    export_model(load_profile("bert-tiny"), tmp_path / "dynamo.onnx", exporter="dynamo")
+    log = trt_fixtures / "bert-fp16-trt10.10.detailed.log"
+    hint = "export with `--exporter torchscript`"
+    dynamo = report_from_files(log, onnx=tmp_path / "dynamo.onnx")
+    assert dynamo["summary"]["resolved_onnx_nodes"] == 0 and any(hint in finding for finding in dynamo["findings"])
+    assert not any(hint in finding for finding in report_from_files(log, onnx=bert_tiny_torchscript)["findings"])
+
+
 def test_names_only_range_resolves_over_the_onnx_order(trt_fixtures, bert_tiny_torchscript):
     report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log", onnx=bert_tiny_torchscript)
     foreign = report["layers"][0]

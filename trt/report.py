@@ -314,11 +314,24 @@ def _findings(plan: EnginePlan, summary: dict[str, Any], graph: OnnxGraph | None
         count, total = len(summary["unresolved_onnx_nodes"]), summary["metadata_onnx_nodes"]
         findings.append(
             f"{count} of {total} ONNX node names in the engine are not in {graph.path} "
-            f"(e.g. {summary['unresolved_onnx_nodes'][0]!r}): pass the ONNX file the engine was built from"
+            f"(e.g. {summary['unresolved_onnx_nodes'][0]!r}): pass the ONNX file the engine was built from{_exporter_hint(summary, graph)}"
         )
     if unmatched_timing:
         findings.append(f"{len(unmatched_timing)} timing entries match no layer (e.g. {unmatched_timing[0]!r}): is the profile from this engine?")
     return findings
+
+
+def _exporter_hint(summary: dict[str, Any], graph: OnnxGraph) -> str:
+    """When the engine's names are TorchScript's (`/encoder/layers.3/MatMul`) and the file's are not (the dynamo
+    exporter's `node_MatMul_12`): the model was exported by the other exporter."""
+    def torchscript_share(names) -> float:
+        names = list(names)
+        return sum(name.startswith("/") for name in names) / max(1, len(names))
+
+    if torchscript_share(summary["unresolved_onnx_nodes"]) > 0.5 and torchscript_share(graph.by_name) < 0.1:
+        return ("; the engine's names are the TorchScript exporter's and this file's are not: export with `--exporter torchscript` "
+                "(python -m pipeline export --exporter torchscript -o model.onnx, or [export] exporter in the profile)")
+    return ""
 
 
 def load_plan(layer_info, timing=None, input_format: str = "auto", build: int | None = None) -> tuple[EnginePlan, list[str]]:
