@@ -3,7 +3,7 @@
 In one run:
   (a) bert-base (12 x 768) exported by both exporters, traced at the profile's opt shape (1 x 128):
       the two traces (onnxruntime run with every result kept, plus fingerprints), the
-      fingerprints alone, and the alignment with each pair judged (quant/align.py), RUNS times;
+      fingerprints alone, and the alignment with each pair judged (pipeline/diagnose/align.py), RUNS times;
       the memory the two traces hold (their arrays, weights included);
   (b) the alignment on encoders of 12 and of 48 layers (hidden 256 to keep the exports small: the
       alignment's cost follows the number of results, not their size), RUNS times each, and the
@@ -59,8 +59,8 @@ def timed(call) -> tuple[float, object]:
 
 
 def measure(paths: list[Path], feeds: dict, workdir: Path, runs: int) -> dict:
-    from quant.align import aligned_rows
-    from quant.trace import fingerprint, trace_model
+    from pipeline.diagnose.align import aligned_rows
+    from pipeline.diagnose.trace import fingerprint, trace_model
 
     trace_seconds, traces = zip(*(timed(lambda p=p: trace_model(p, feeds, workdir)) for p in paths))
     a, b = (t.steps for t in traces)

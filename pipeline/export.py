@@ -388,10 +388,10 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
 
 
 def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:
-    """Which torch module the difference starts in (pipeline/divergence.py), for the failure line."""
+    """Which torch module the difference starts in (pipeline/diagnose/divergence.py), for the failure line."""
     import tempfile
 
-    from pipeline.divergence import compare_to_torch, first_diverging_line
+    from pipeline.diagnose.divergence import compare_to_torch, first_diverging_line
 
     try:
         with tempfile.TemporaryDirectory() as workdir:

@@ -18,9 +18,9 @@ from onnx import numpy_helper
 from pipeline.core.profiles import load_profile
 from pipeline.core.samples import make_inputs
 from pipeline.core.scopes import module_name, node_scope
+from pipeline.diagnose.compare import align_models
+from pipeline.diagnose.render import alignment_html
 from pipeline.export import export_model
-from quant.compare import align_models
-from quant.compare_html import alignment_html
 
 CORPUS = ("hf-llama-tiny", "hf-gpt2-tiny", "hf-bert-tiny")
 

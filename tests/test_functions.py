@@ -80,7 +80,7 @@ def test_compare_torch_folds_the_modules_inside_each_function_into_one_line(expo
     """Issue 27: `compare --torch` on an export with functions listed every submodule of each function call as
     "not mapped" (183 lines for bert-tiny); the text shows one line per function call instead (JSON keeps every row)."""
     from pipeline.cli.check import _torch_table
-    from pipeline.divergence import compare_to_torch
+    from pipeline.diagnose.divergence import compare_to_torch
     from pipeline.export import build_module
 
     profile, _, functions = exports

@@ -104,11 +104,11 @@ def compare(
         check_outputs([output], [inputs])
         result = _compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance)
         if fmt == "json":
-            from quant.compare import alignment_json
+            from pipeline.diagnose.render import alignment_json
 
             emit(alignment_json(result), output, is_json=True)
         elif fmt == "html":
-            from quant.compare_html import alignment_html
+            from pipeline.diagnose.render import alignment_html
 
             emit(alignment_html(result["alignment"]), output)
         else:
@@ -134,13 +134,13 @@ def compare(
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
     check_outputs([output], [reference, candidate, inputs])
     if align or show_all or nodes or fmt == "html" or not _same_graph(reference, candidate):
-        from quant.compare import alignment_json, alignment_text
+        from pipeline.diagnose.render import alignment_json, alignment_text
 
         aligned = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
         if fmt == "json":
             emit(alignment_json(aligned), output, is_json=True)
         elif fmt == "html":
-            from quant.compare_html import alignment_html
+            from pipeline.diagnose.render import alignment_html
 
             emit(alignment_html(aligned), output)
         else:
@@ -165,8 +165,8 @@ def compare(
 def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> dict:
     import tempfile
 
+    from pipeline.diagnose.compare import compare_models
     from quant.calibration import load_npz, model_inputs, split, synthetic
-    from quant.compare import compare_models
 
     if inputs is not None:
         feeds = split(load_npz(inputs, model_inputs(reference)), 1)
@@ -181,7 +181,7 @@ def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], prof
 
 def _same_graph(reference: Path, candidate: Path) -> bool:
     """Whether the models share most tensor names (two precisions of one graph: compared name by name)."""
-    from quant.compare import MIN_JOINED, shared_names
+    from pipeline.diagnose.compare import MIN_JOINED, shared_names
 
     shared, total = shared_names(reference, candidate)
     return shared >= MIN_JOINED * total
@@ -203,7 +203,7 @@ def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profil
     import re
     import tempfile
 
-    from quant.compare import align_models
+    from pipeline.diagnose.compare import align_models
 
     if nodes is not None:
         try:
@@ -220,7 +220,7 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
     import tempfile
 
     from pipeline.core.profiles import load_profile
-    from pipeline.divergence import compare_to_torch
+    from pipeline.diagnose.divergence import compare_to_torch
     from pipeline.export import build_module, export_model
 
     loaded = load_profile(profile)
@@ -261,7 +261,7 @@ def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
 
 
 def _exporters_text(result: dict, show_all: bool) -> str:
-    from quant.compare import alignment_text
+    from pipeline.diagnose.render import alignment_text
 
     lines = []
     for exporter, side in result["torch"].items():
@@ -286,7 +286,7 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
 
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
-    from pipeline.divergence import compare_to_torch, dump_modules
+    from pipeline.diagnose.divergence import compare_to_torch, dump_modules
     from pipeline.export import build_module
 
     loaded = load_profile(profile)

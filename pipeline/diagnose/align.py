@@ -1,4 +1,4 @@
-"""Aligning two execution traces (quant/trace.py) of one model.
+"""Aligning two execution traces (trace.py) of one model.
 
 onnx-array-api's `compare_onnx_execution` aligns two traces with one banded edit distance over
 (kind, dtype, shape, a 4-letter summary of the values, op type), all initializers first. Here
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quant.trace import Step, saturated
+from pipeline.diagnose.trace import Step, saturated
 
 MAX_CELLS = 4_000_000  # largest gap the edit distance aligns (cells of its table); larger gaps stay unpaired
 UNPAIRABLE = 2.5  # more than deleting one step and inserting the other

@@ -158,9 +158,9 @@ def _side(step) -> dict[str, Any]:
 def align_models(reference: Path, candidate: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: str | None = None,
                  limit_mb: float | None = None, tolerance: float | None = None) -> dict[str, Any]:
     """Run both models on one sample with every result kept, align the two executions
-    (quant/align.py) and judge each pair; the first pair of float results that differ is the verdict."""
-    from quant.align import aligned_rows
-    from quant.trace import DEFAULT_LIMIT_MB, match_inputs, trace_model
+    (align.py) and judge each pair; the first pair of float results that differ is the verdict."""
+    from pipeline.diagnose.align import aligned_rows
+    from pipeline.diagnose.trace import DEFAULT_LIMIT_MB, match_inputs, trace_model
 
     feeds_a, feeds_b, input_notes = match_inputs(reference, candidate, feeds)
     limit = limit_mb if limit_mb is not None else DEFAULT_LIMIT_MB
@@ -184,84 +184,3 @@ def align_models(reference: Path, candidate: Path, feeds: dict[str, np.ndarray],
             "trace_mib": {"a": round(a.nbytes / 2**20, 2), "b": round(b.nbytes / 2**20, 2)},
             "counts": {"equal": counts["="], "different": counts["~"], "only_a": counts["-"], "only_b": counts["+"]},
             "first_divergence": first, "rows": out_rows}
-
-
-def verdict_line(result: dict[str, Any]) -> str:
-    counts = result["counts"]
-    tally = (f"{len(result['rows'])} rows: {counts['equal']} equal, {counts['different']} different, "
-             f"{counts['only_a']} only in A, {counts['only_b']} only in B")
-    first = result["first_divergence"]
-    if first is None:
-        return f"no divergence: every paired float result is equal within {result['tolerance']:g}; {tally}"
-    a, b = first["a"], first["b"]
-    cosine = f"{first['cosine']:.6f}" if first["cosine"] is not None else "-"
-    return (f"first divergence at row {first['row']}: A {a['op'] or a['kind']} {a['name']!r} (module {a['module'] or '-'}) vs "
-            f"B {b['op'] or b['kind']} {b['name']!r} (module {b['module'] or '-'}): max_abs_diff {first['max_abs_diff']:.3g}, "
-            f"cosine {cosine}; {tally}")
-
-
-def shown_rows(rows: list[dict[str, Any]], everything: bool, context: int = 1) -> list[dict[str, Any] | int]:
-    """The rows to print: all, or those where the graphs part (a different value, a different op,
-    a result of one side only) with `context` rows around each; a folded run is its length."""
-    if everything:
-        return list(rows)
-    notable = [r["mark"] != "=" or r["a"]["op"] != r["b"]["op"] for r in rows]
-    keep = [any(notable[max(0, k - context): k + context + 1]) for k in range(len(rows))]
-    shown: list[dict[str, Any] | int] = []
-    for row, kept in zip(rows, keep):
-        if kept:
-            shown.append(row)
-        elif shown and isinstance(shown[-1], int):
-            shown[-1] += 1
-        else:
-            shown.append(1)
-    return shown
-
-
-def alignment_text(result: dict[str, Any], everything: bool = False) -> str:
-    def cells(side: dict | None) -> list[str]:
-        if side is None:
-            return ["", "", "", ""]
-        return [side["op"] or side["kind"], "x".join(map(str, side["shape"])) or "scalar", side["fingerprint"], side["name"]]
-
-    shown = shown_rows(result["rows"], everything)
-    table = [(r["row"], r["mark"], *cells(r["a"]), *cells(r["b"]), f"{r['max_abs_diff']:.3g}" if r["max_abs_diff"] is not None else "")
-             for r in shown if not isinstance(r, int)]
-    header = ("row", "", "A op", "shape", "values", "name", "B op", "shape", "values", "name", "max abs")
-    widths = [max(len(str(row[k])) for row in [header, *table]) for k in range(len(header))]
-
-    def line(row: tuple) -> str:
-        left = "  ".join(f"{row[k]!s:<{widths[k]}}" for k in range(2, 6))
-        right = "  ".join(f"{row[k]!s:<{widths[k]}}" for k in range(6, 10))
-        return f"{row[0]!s:>{widths[0]}} {row[1]!s:1}  {left} | {right}  {row[10]!s:>{widths[10]}}".rstrip()
-
-    lines = [verdict_line(result),
-             f"A {result['a']} vs B {result['b']}: aligned by {result['aligned_by']} ({result['shared_names']} of {result['a_results']} "
-             f"result names shared); one sample; equal: max |B-A| / max |A| <= {result['tolerance']:g} ({result['precision']}); "
-             f"traces kept {result['trace_mib']['a']:g} + {result['trace_mib']['b']:g} MiB"]
-    lines += [f"inputs: {note}" for note in result["inputs"]]
-    for side in ("a", "b"):
-        missing = result["not_exposed"][side]
-        if missing:
-            lines.append(f"{side.upper()}: {len(missing)} results have no type onnxruntime can return and are not listed (first: {missing[0]!r})")
-    lines.append(line(header))
-    rows = iter(table)
-    for item in shown:
-        lines.append(f"{'':>{widths[0]}}    ... {item} equal row{'s' if item != 1 else ''}" if isinstance(item, int) else line(next(rows)))
-    return "\n".join(lines) + "\n"
-
-
-def alignment_json(result: dict[str, Any]) -> str:
-    """The result as JSON; an infinite or NaN difference is written as the string "inf" / "nan"."""
-    import json
-
-    def safe(value: Any) -> Any:
-        if isinstance(value, float) and not np.isfinite(value):
-            return str(value)
-        if isinstance(value, dict):
-            return {k: safe(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [safe(v) for v in value]
-        return value
-
-    return json.dumps(safe(result), indent=2) + "\n"

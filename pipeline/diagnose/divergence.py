@@ -2,7 +2,7 @@
 
 The torch model runs with a forward hook on every submodule, capturing what each returns (and,
 for a dump, what it was given); the ONNX model runs on onnxruntime with every intermediate float
-tensor exposed (quant/compare.py). A module maps to a tensor through the scope each ONNX node
+tensor exposed (compare.py). A module maps to a tensor through the scope each ONNX node
 records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
 that other nodes read, the last in graph order with the module's output shape is its output.
 Modules are listed in the order they finish in torch (children before their parent), so the first
@@ -117,7 +117,7 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     profile's export tolerance), and what each module got and returned. `module` is the profile's torch
     model (the caller builds it: export.py calls this module, so this one never imports export.py);
     `feeds` are in the profile's input order."""
-    from quant.compare import run_exposing_all
+    from pipeline.diagnose.compare import run_exposing_all
 
     captures = capture_modules(module, feeds)
     values = {name: runs[0] for name, runs in run_exposing_all(onnx_path, [feeds], workdir).items()}

@@ -6,7 +6,7 @@ then the node results in the order the outputs demand them (`demand_order`), eac
 just before the first node that reads it, each with its dtype,
 shape, a fingerprint of its values (`Step.key`: summary statistics rounded to 3 significant digits,
 equal for results equal within float noise), the op and node that made it and the torch module
-the node came from (pipeline/core/scopes.py). quant/align.py aligns two traces.
+the node came from (pipeline/core/scopes.py). align.py aligns two traces.
 """
 
 from __future__ import annotations
