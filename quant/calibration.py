@@ -2,36 +2,21 @@
 
 Both give `{input name: array}` with the samples concatenated along axis 0 (ModelOpt's
 `calibration_data` format), each sample of the profile's calibration shape (opt sizes).
-A user's file is checked against the ONNX model's inputs: every name present, dtype and
-shape right, no pickled objects, no NaN or Inf. Held-out accuracy samples use other seeds.
+A user's file is checked against the ONNX model's inputs (pipeline/core/samples.py `load_npz`):
+every name present, dtype and shape right, no pickled objects, no NaN or Inf. Held-out accuracy
+samples use other seeds.
 """
 
 from __future__ import annotations
 
-import math
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError
-from pipeline.core.fileio import require_file
 from pipeline.core.profiles import Profile
-from pipeline.core.samples import make_inputs
+from pipeline.core.samples import load_npz, model_inputs, synthetic
 from pipeline.core.seeds import CALIBRATION_SEED
-
-
-def synthetic(profile: Profile, samples: int, seed: int = CALIBRATION_SEED) -> dict[str, np.ndarray]:
-    """`samples` random valid feeds at the profile's opt shapes, concatenated along axis 0."""
-    feeds = [make_inputs(profile, seed=seed + i) for i in range(samples)]
-    return {name: np.concatenate([f[name] for f in feeds], axis=0) for name in feeds[0]}
-
-
-def split(data: dict[str, np.ndarray], batch: int) -> list[dict[str, np.ndarray]]:
-    """Back into per-step feeds of `batch` rows each."""
-    rows = len(next(iter(data.values())))
-    return [{name: array[i : i + batch] for name, array in data.items()} for i in range(0, rows, batch)]
 
 
 def calibration_reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
@@ -56,81 +41,6 @@ def calibration_reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[in
             self.index = 0
 
     return Reader()
-
-
-def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str, np.ndarray]:
-    """Load and check a user's calibration file.
-
-    `model_inputs` maps each ONNX input to (numpy dtype name, dims) where a dim is an int or
-    None (dynamic). Arrays hold samples concatenated along axis 0.
-    """
-    path = require_file(path, "calibration file", "pass an .npz with one array per model input (numpy.savez)")
-    data = read_npz(path)
-    missing = sorted(model_inputs.keys() - data.keys())
-    if missing:
-        raise InputError(f"{path}: no array for model input {missing[0]!r} (has {sorted(data)}); add one per input: {sorted(model_inputs)}")
-    rows = {name: data[name].shape[0] if data[name].ndim else 0 for name in model_inputs}
-    for name, (dtype, dims) in model_inputs.items():
-        array = data[name]
-        if array.dtype != np.dtype(dtype):
-            raise InputError(f"{path}: input {name!r} has dtype {array.dtype}, the model expects {dtype}; convert it with .astype({dtype!r})")
-        if array.ndim != len(dims) or any(d is not None and d != s for d, s in zip(dims[1:], array.shape[1:], strict=False)):
-            raise InputError(f"{path}: input {name!r} has shape {list(array.shape)}, the model expects [samples, {', '.join(str(d) if d is not None else '?' for d in dims[1:])}] (samples concatenated on axis 0)")
-        if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
-            raise InputError(f"{path}: input {name!r} contains NaN or Inf at flat index {int(np.argmin(np.isfinite(array).reshape(-1)))}; calibration needs finite values")
-    if len(set(rows.values())) != 1 or 0 in rows.values():
-        raise InputError(f"{path}: inputs have different sample counts {rows}; every array needs the same number of rows on axis 0")
-    return {name: data[name] for name in model_inputs}
-
-
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of an .npz, each member's header checked before any data is read (no pickles, no
-    shape that claims more bytes than the member holds, so a corrupt header cannot exhaust memory)."""
-    hint = "write it again with numpy.savez (one plain numeric array per input)"
-    if not zipfile.is_zipfile(path):
-        raise InputError(f"{path}: not an .npz file (not a zip archive); {hint}")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for info in archive.infolist():
-                _check_member(path, archive, info, hint)
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:
-        raise InputError(f"{path}: not a readable .npz file ({type(err).__name__}: {err}); {hint}") from err
-    except MemoryError as err:
-        raise InputError(f"{path}: its arrays do not fit in memory; use fewer calibration samples") from err
-
-
-def _check_member(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, hint: str) -> None:
-    name = info.filename.removesuffix(".npy")
-    with archive.open(info) as member:
-        try:
-            version = np.lib.format.read_magic(member)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, _, dtype = read_header(member)
-        except ValueError as err:
-            raise InputError(f"{path}: member {name!r} is not a .npy array ({err}); {hint}") from err
-        header_bytes = member.tell()
-    if dtype.hasobject:
-        raise InputError(f"{path}: array {name!r} holds Python objects (pickled), which are refused (allow_pickle=False); {hint}")
-    claimed = math.prod(shape) * dtype.itemsize
-    held = info.file_size - header_bytes
-    if claimed != held:
-        raise InputError(f"{path}: array {name!r} claims shape {list(shape)} {dtype} ({claimed} bytes) but holds {held} bytes: the file is corrupt or truncated; {hint}")
-
-
-def model_inputs(onnx_path: Path) -> dict[str, tuple[str, list]]:
-    """Each ONNX input's numpy dtype name and dims (None where dynamic)."""
-    from onnx import helper
-
-    from pipeline.core.onnxfile import load_onnx
-
-    model = load_onnx(onnx_path)
-    return {
-        i.name: (helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name,
-                 [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim])
-        for i in model.graph.input
-    }
 
 
 DECODE_STEPS = 3  # decode steps after each calibration prompt's prefill
@@ -180,7 +90,7 @@ def fed_as_decoder(profile: Profile, onnx_path: Path) -> bool:
 def calibration_data(profile: Profile, calib: Path | None, onnx_path: Path) -> tuple[dict[str, np.ndarray], str]:
     """A user's .npz checked against the model, else synthetic samples; and where they came from."""
     if calib is None:
-        data = synthetic(profile, profile.quant.samples)
+        data = synthetic(profile, profile.quant.samples, CALIBRATION_SEED)
         rows = len(next(iter(data.values()))) if data else 0
         return data, f"synthetic, {profile.quant.samples} feeds at profile {profile.name}'s opt shapes ([quant] samples): {rows} samples"
     return load_npz(Path(calib), model_inputs(onnx_path)), str(Path(calib).resolve())

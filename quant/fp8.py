@@ -40,7 +40,8 @@ def quantize_fp8(
     """Quantize `source` to FP8 Q/DQ and write `target` only if it runs; `reference` is the FP32 outputs
     on `held_out` (array or BackgroundOutputs), or None to compute them from `source`."""
     from pipeline.core.onnxfile import load_onnx
-    from quant.calibration import calibration_reader, split
+    from pipeline.core.samples import split
+    from quant.calibration import calibration_reader
     from quant.lint import lint_model
     from quant.presets import apply_preset, plan_preset, resolve_preset
 

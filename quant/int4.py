@@ -48,7 +48,8 @@ def quantize_int4(
     """Quantize the MatMul/Gemm weights of `source` to INT4 and write `target` only if it runs;
     `reference` as in quant.fp8.quantize_fp8."""
     from pipeline.core.onnxfile import load_onnx
-    from quant.calibration import calibration_reader, split
+    from pipeline.core.samples import split
+    from quant.calibration import calibration_reader
     from quant.lint import lint_model
 
     if method not in METHODS:

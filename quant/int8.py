@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.fileio import atomic_path
-from quant.calibration import calibration_reader, split
+from pipeline.core.samples import split
+from quant.calibration import calibration_reader
 
 
 @dataclass(frozen=True)

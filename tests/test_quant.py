@@ -12,10 +12,10 @@ from conftest import run_cli
 from pipeline.core.errors import InputError
 from pipeline.core.profiles import load_profile
 from pipeline.core.quiet import captured
-from pipeline.core.samples import make_inputs, stack_batches
+from pipeline.core.samples import make_inputs, stack_batches, synthetic
+from pipeline.core.seeds import CALIBRATION_SEED
 from pipeline.optimize import optimize_file
 from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
-from quant.calibration import synthetic
 from quant.int8 import quantize_int8
 from quant.lint import lint_model
 from quant.presets import PRESETS, attention_state, plan_preset
@@ -30,7 +30,7 @@ def bert_tiny_opt(bert_tiny_torchscript, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quantized(bert_tiny_opt, tmp_path_factory):
-    folder, calibration = tmp_path_factory.mktemp("int8"), synthetic(load_profile("bert-tiny"), 8)
+    folder, calibration = tmp_path_factory.mktemp("int8"), synthetic(load_profile("bert-tiny"), 8, CALIBRATION_SEED)
     models = {}
     for preset in [name for name, p in PRESETS.items() if p.family is None]:  # the family presets refuse bert-tiny (an encoder)
         with captured():

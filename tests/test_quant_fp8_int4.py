@@ -8,12 +8,11 @@ import pytest
 from pipeline.core.errors import InputError
 from pipeline.core.profiles import load_profile
 from pipeline.core.quiet import captured
-from pipeline.core.samples import make_inputs, stack_batches
-from pipeline.core.seeds import HELD_OUT_SEED
+from pipeline.core.samples import make_inputs, stack_batches, synthetic
+from pipeline.core.seeds import CALIBRATION_SEED, HELD_OUT_SEED
 from pipeline.export import export_model
 from pipeline.optimize import optimize_file
 from quant.accuracy import accuracy, model_outputs
-from quant.calibration import synthetic
 from quant.fp8 import FP8_MIN_OPSET, quantize_fp8
 from quant.int4 import eligible_gemms, quantize_int4
 from quant.presets import PRESETS, model_family
@@ -25,7 +24,7 @@ def vit(tmp_path_factory):
     export_model(profile, folder / "model.onnx")
     optimize_file(folder / "model.onnx", folder / "model.opt.onnx")
     held_out = stack_batches(profile, [make_inputs(profile, seed=HELD_OUT_SEED + i) for i in range(4)])
-    return folder / "model.opt.onnx", synthetic(profile, 4), held_out
+    return folder / "model.opt.onnx", synthetic(profile, 4, CALIBRATION_SEED), held_out
 
 
 def test_vit_is_an_encoder(vit):

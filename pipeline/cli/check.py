@@ -165,8 +165,8 @@ def compare(
 def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> dict:
     import tempfile
 
+    from pipeline.core.samples import load_npz, model_inputs, split, synthetic
     from pipeline.diagnose.compare import compare_models
-    from quant.calibration import load_npz, model_inputs, split, synthetic
 
     if inputs is not None:
         feeds = split(load_npz(inputs, model_inputs(reference)), 1)
@@ -188,7 +188,7 @@ def _same_graph(reference: Path, candidate: Path) -> bool:
 
 
 def _one_sample(reference: Path, inputs: Optional[Path], profile: Optional[str]) -> dict:
-    from quant.calibration import load_npz, model_inputs, split, synthetic
+    from pipeline.core.samples import load_npz, model_inputs, split, synthetic
 
     if inputs is not None:
         return split(load_npz(inputs, model_inputs(reference)), 1)[0]
@@ -248,8 +248,7 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
 
 
 def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
-    from pipeline.core.samples import make_inputs
-    from quant.calibration import load_npz, model_inputs
+    from pipeline.core.samples import load_npz, make_inputs, model_inputs
 
     if inputs is None:
         return make_inputs(loaded, seed=30_000)

@@ -127,7 +127,7 @@ def require_quantized(stage: str, nodes: int, why: str) -> None:
 def calibration_batch(profile: Profile, source: Path) -> int:
     """Samples per calibration run: the model's static batch dim, else the profile's batch size (at opt) for
     the model's first input it describes, else 1 (a profile describing another model says nothing of this one)."""
-    from quant.calibration import model_inputs
+    from pipeline.core.samples import model_inputs
 
     inputs = model_inputs(source)
     first = next(iter(inputs.values()), ("", []))[1]
@@ -196,9 +196,8 @@ def request_settings(stage: str, request: QuantizeRequest, reads: tuple[str, ...
 def zero_checks(source: Path) -> list[dict]:
     """Without a profile: zero-filled inputs with dynamic dims at 1 and 3, those the source model itself runs at."""
     from pipeline.core.errors import PipelineError
-    from pipeline.core.samples import model_feeds
+    from pipeline.core.samples import model_feeds, model_inputs
     from pipeline.core.verify import run_onnx
-    from quant.calibration import model_inputs
 
     def runs(feeds: dict) -> bool:
         try:
