@@ -191,14 +191,16 @@ def graph_facts(path: Path) -> dict:
 
     import onnx
 
+    from pipeline.core.graph import GraphIndex
+
     model = onnx.load(str(path), load_external_data=False)
-    producer = {o: n for n in model.graph.node for o in n.output}
+    graph = GraphIndex.of(model)
     attentions = after = 0
-    for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
-        node, scaled = producer.get(softmax.input[0]), False
+    for softmax in (n for n in graph.nodes if n.op_type == "Softmax"):
+        node, scaled = graph.producer(softmax.input[0]), False
         while node is not None and node.op_type in ("Add", "Where", "Div", "Mul", "Sub"):
             scaled |= node.op_type in ("Div", "Mul")
-            node = producer.get(node.input[0])
+            node = graph.producer(node.input[0])
         if node is not None and node.op_type == "MatMul":
             attentions += 1
             after += scaled

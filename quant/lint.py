@@ -40,7 +40,7 @@ from quant.presets import (
     PRESETS,
     PlacementRules,
     QdqGraph,
-    attention_shapes,
+    attention_scores,
     model_family,
 )
 
@@ -58,26 +58,10 @@ class Finding:
     suggestion: str
 
 
-class _Graph(QdqGraph):
-    def constant(self, tensor: str) -> np.ndarray | None:
-        from onnx import numpy_helper
-
-        if tensor in self.initializers:
-            return numpy_helper.to_array(self.initializers[tensor])
-        node = self.producer.get(tensor)
-        if node is not None and node.op_type == "Constant":
-            return numpy_helper.to_array(node.attribute[0].t)
-        return None
-
-    def elem_type(self, tensor: str) -> int | None:
-        init = self.initializers.get(tensor)
-        return init.data_type if init is not None else None
-
-
 def lint_model(model, max_sequence: int | None = None, rules: PlacementRules | None = None) -> list[Finding]:
     """Findings under `rules` (default: the rules of the preset for the model's family)."""
     rules = rules or PRESETS[FAMILY_PRESET[model_family(model)]].rules
-    graph = _Graph(model)
+    graph = QdqGraph.of(model)
     findings: list[Finding] = []
     for check in (_qdq_after_gemm, _residual_skip, _float_region, _weights, _concat_scales, _conv_weight_only, _int4):
         findings += check(graph, rules)
@@ -99,7 +83,7 @@ def _preset_hint(rules: PlacementRules) -> str:
     return next(name for name, p in PRESETS.items() if p.rules is rules and p.fusion_cleanup)
 
 
-def _qdq_after_gemm(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type not in rules.epilogue_ops:
@@ -119,7 +103,7 @@ def _qdq_after_gemm(g: _Graph, rules: PlacementRules) -> list[Finding]:
     return out
 
 
-def _residual_skip(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _residual_skip(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node, gemms, floats in g.residual_adds(rules.epilogue_ops):
         quantized = [g.quantized_activation(i) is not None for i in node.input]
@@ -146,7 +130,7 @@ def _residual_skip(g: _Graph, rules: PlacementRules) -> list[Finding]:
     return out
 
 
-def _float_region(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _float_region(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type not in rules.float_region_ops:
@@ -162,7 +146,7 @@ def _float_region(g: _Graph, rules: PlacementRules) -> list[Finding]:
     return out
 
 
-def _weights(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _weights(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type not in GEMM_OPS or len(node.input) < 2:
@@ -179,7 +163,7 @@ def _weights(g: _Graph, rules: PlacementRules) -> list[Finding]:
     return out
 
 
-def _concat_scales(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _concat_scales(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type != "Concat":
@@ -200,7 +184,7 @@ def _concat_scales(g: _Graph, rules: PlacementRules) -> list[Finding]:
     return out
 
 
-def _conv_weight_only(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _conv_weight_only(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     out = []
     for node in g.nodes:
         if node.op_type not in CONV_OPS or len(node.input) < 2 or g.op(node.input[1]) != "DequantizeLinear":
@@ -215,41 +199,40 @@ def _conv_weight_only(g: _Graph, rules: PlacementRules) -> list[Finding]:
     return out
 
 
-def _int4(g: _Graph, rules: PlacementRules) -> list[Finding]:
+def _int4(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
     import onnx
 
     out = []
     for node in g.nodes:
-        if node.op_type == "QuantizeLinear" and len(node.input) > 2 and g.elem_type(node.input[2]) in INT4_TYPES and g.constant(node.input[0]) is None:
+        if node.op_type == "QuantizeLinear" and len(node.input) > 2 and g.initializer_type(node.input[2]) in INT4_TYPES and g.constant(node.input[0]) is None:
             out.append(Finding(
                 "int4-activation", [node.name, node.input[0]],
                 f"{node.name} quantizes the computed tensor {node.input[0]} to INT4: TensorRT's INT4 is weight-only (prevents building the engine)",
                 "quantize only weights to INT4 (ModelOpt quantize_mode='int4'); use INT8 or FP8 Q/DQ for activations",
             ))
-        if node.op_type == "DequantizeLinear" and g.elem_type(node.input[0]) in INT4_TYPES:
-            for consumer in g.consumers.get(node.output[0], []):
+        if node.op_type == "DequantizeLinear" and g.initializer_type(node.input[0]) in INT4_TYPES:
+            for consumer in g.consumers(node.output[0]):
                 if consumer.op_type not in INT4_CONSUMERS:
                     out.append(Finding(
                         "int4-not-gemm", [node.name, consumer.name],
                         f"INT4 weight {node.input[0]} feeds {consumer.op_type} {consumer.name}: TensorRT's INT4 weight-only "
-                        f"quantization is for MatMul/Gemm ({onnx.TensorProto.DataType.Name(g.elem_type(node.input[0]))} weights elsewhere are not fused)",
+                        f"quantization is for MatMul/Gemm ({onnx.TensorProto.DataType.Name(g.initializer_type(node.input[0]))} weights elsewhere are not fused)",
                         "quantize this weight to INT8/FP8 with its input, or leave it in float (ModelOpt int4 quantizes MatMul/Gemm only)",
                     ))
     return out
 
 
-def _attention(g: _Graph, model, max_sequence: int | None) -> list[Finding]:
+def _attention(g: QdqGraph, model, max_sequence: int | None) -> list[Finding]:
     out = []
-    for name, head, sequence in attention_shapes(model):
-        matmul = next(n for n in g.nodes if n.name == name)
+    for matmul, head, sequence in attention_scores(model, g):
         if not any(g.quantized_activation(i) for i in matmul.input):
             continue
         seq = max_sequence or sequence
         if (head is None or head in FUSED_ATTENTION_HEAD_SIZES) and (seq is None or seq <= FUSED_ATTENTION_MAX_SEQUENCE):
             continue  # an unknown size (a dynamic sequence) is no violation: --max-sequence checks it
         out.append(Finding(
-            "attention-not-fusable", [name],
-            f"attention MatMul {name} is quantized but fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} (here head size {head}, sequence {seq})",
+            "attention-not-fusable", [matmul.name],
+            f"attention MatMul {matmul.name} is quantized but fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} (here head size {head}, sequence {seq})",
             "leave attention in float: ModelOpt disable_mha_qdq=True (preset trt-fusion does this)",
         ))
     return out

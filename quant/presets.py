@@ -43,6 +43,7 @@ import re
 from dataclasses import dataclass, field
 
 from pipeline.core.errors import InputError
+from pipeline.core.graph import LAYOUT_OPS, GraphIndex
 
 FUSED_ATTENTION_HEAD_SIZES = (16, 32, 64)
 FUSED_ATTENTION_MAX_SEQUENCE = 512
@@ -53,9 +54,8 @@ FLOAT_REGION_OPS = ("LayerNormalization", "Softmax")
 # Ops that fuse into the GEMM/Conv before them ("Explicit Quantization": Conv + BatchNorm + activation,
 # GEMM + bias): a GEMM's output read through any chain of these is still "the GEMM's output"
 EPILOGUE_OPS = ("BatchNormalization", *ACTIVATION_OPS)
-DATA_MOVEMENT_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")  # FP8 Q/DQ may be split by these
 # Ops a DQ commutes with (TensorRT moves the DQ after them): a Concat input read through them is still quantized
-COMMUTING_OPS = ("Resize", "MaxPool", *DATA_MOVEMENT_OPS)
+COMMUTING_OPS = ("Resize", "MaxPool", *LAYOUT_OPS)
 
 FAMILIES = ("encoder", "decoder", "cnn")
 
@@ -130,18 +130,18 @@ CAUSAL_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
 def builds_causal_mask(model, hops: int = 6) -> bool:
     """Whether the graph compares two position ranges (`key position <= query position`): how the
     exporters write a Hugging Face decoder's causal mask when the model has no KV cache inputs."""
-    producer = {o: n for n in model.graph.node for o in n.output}
+    graph = GraphIndex.of(model)
 
     def from_range(name: str) -> bool:
         frontier = [name]
         for _ in range(hops):
-            nodes = [producer[n] for n in frontier if n in producer]
+            nodes = [graph.producer(n) for n in frontier if n in graph.producers]
             if any(n.op_type == "Range" for n in nodes):
                 return True
             frontier = [i for n in nodes if n.op_type in ("Unsqueeze", "Reshape", "Cast", "Add", "Sub", "Expand", "Slice") for i in n.input[:1]]
         return False
 
-    return any(n.op_type in CAUSAL_COMPARISONS and len(n.input) == 2 and all(from_range(i) for i in n.input) for n in model.graph.node)
+    return any(n.op_type in CAUSAL_COMPARISONS and len(n.input) == 2 and all(from_range(i) for i in n.input) for n in graph.nodes)
 
 
 def check_family(preset: Preset, model) -> str:
@@ -169,32 +169,35 @@ class PresetPlan:
 def attention_mask_adds(model) -> list[str]:
     """Names of the Adds that add a mask to attention scores: their output feeds a Softmax
     (not residuals: the "skip" side is a mask of 0 and large negative values)."""
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    return [n.name for n in model.graph.node
-            if n.op_type == "Add" and any(c.op_type == "Softmax" for c in consumers.get(n.output[0], []))]
+    return _mask_adds(GraphIndex.of(model))
+
+
+def _mask_adds(graph: GraphIndex) -> list[str]:
+    return [n.name for n in graph.nodes if n.op_type == "Add" and any(c.op_type == "Softmax" for c in graph.consumers(n.output[0]))]
 
 
 def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
     """(MatMul name, head size, sequence length) of each attention score MatMul (its output reaches a Softmax)."""
+    return [(node.name, head, sequence) for node, head, sequence in attention_scores(model, GraphIndex.of(model))]
+
+
+def attention_scores(model, graph: GraphIndex) -> list[tuple[object, int | None, int | None]]:
+    """`attention_shapes` with the MatMul nodes themselves."""
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
     shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
               for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
-    producer = {o: n for n in model.graph.node for o in n.output}
     found = []
-    for softmax in (n for n in model.graph.node if n.op_type == "Softmax"):
-        node = producer.get(softmax.input[0])
+    for softmax in (n for n in graph.nodes if n.op_type == "Softmax"):
+        node = graph.producer(softmax.input[0])
         while node is not None and node.op_type in ("Add", "Where", "Div", "Mul", "Sub"):
-            node = producer.get(node.input[0])
+            node = graph.producer(node.input[0])
         if node is None or node.op_type != "MatMul":
             continue
         query = shapes.get(node.input[0]) or []
         scores = shapes.get(node.output[0]) or []
-        found.append((node.name, query[-1] if query else None, scores[-1] if scores else None))
+        found.append((node, query[-1] if query else None, scores[-1] if scores else None))
     return found
 
 
@@ -219,22 +222,16 @@ def _without_weights(model):
 
 def attention_state(model) -> str:
     """Whether the attention MatMuls (score and context) of a Q/DQ model are "int8", "float" or "mixed"."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    graph = GraphIndex.of(model)
 
     def quantized(tensor: str) -> bool:
-        node = producer.get(tensor)
-        return node is not None and node.op_type == "DequantizeLinear"
+        return graph.op(tensor) == "DequantizeLinear"
 
     states = set()
-    for name, _, _ in attention_shapes(model):
-        scores = next(n for n in model.graph.node if n.name == name)
+    for scores, _, _ in attention_scores(model, graph):
         states.add(all(quantized(i) for i in scores.input) or (any(quantized(i) for i in scores.input) and "mixed"))
-        softmax = next((n for n in model.graph.node if n.op_type == "Softmax" and _reaches(scores, n, consumers)), None)
-        for context in _matmuls_after(softmax, consumers) if softmax else []:
+        softmax = next((n for n in graph.nodes if n.op_type == "Softmax" and _reaches(graph, scores, n)), None)
+        for context in _matmuls_after(graph, softmax) if softmax else []:
             states.add(all(quantized(i) for i in context.input) or (any(quantized(i) for i in context.input) and "mixed"))
     if "mixed" in states or (True in states and False in states):
         return "mixed"
@@ -244,17 +241,12 @@ def attention_state(model) -> str:
 def attention_matmuls(model) -> list[str]:
     """Names of the attention MatMuls: each score MatMul (Q x K^T, reaching a Softmax) and the context
     MatMuls reading that Softmax (probabilities x V)."""
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    by_name = {n.name: n for n in model.graph.node}
+    graph = GraphIndex.of(model)
     found = []
-    for name, _, _ in attention_shapes(model):
-        scores = by_name[name]
-        found.append(name)
-        softmax = next((n for n in model.graph.node if n.op_type == "Softmax" and _reaches(scores, n, consumers)), None)
-        found += [context.name for context in (_matmuls_after(softmax, consumers) if softmax else [])]
+    for scores, _, _ in attention_scores(model, graph):
+        found.append(scores.name)
+        softmax = next((n for n in graph.nodes if n.op_type == "Softmax" and _reaches(graph, scores, n)), None)
+        found += [context.name for context in (_matmuls_after(graph, softmax) if softmax else [])]
     return sorted(set(found))
 
 
@@ -263,19 +255,15 @@ def rms_norm_nodes(model) -> list[str]:
     (Pow(x, 2) or Mul(x, x)), the mean, the Add/Sqrt/Reciprocal/Div chain and the Mul (or Div) that
     normalizes x. ModelOpt quantizes the per-row factor 1/sqrt(...) feeding that Mul, whose range
     spans orders of magnitude (1/sqrt(eps) for a zero row)."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    graph = GraphIndex.of(model)
     found: list[str] = []
-    for mean in (n for n in model.graph.node if n.op_type == "ReduceMean"):
-        square = producer.get(mean.input[0])
+    for mean in (n for n in graph.nodes if n.op_type == "ReduceMean"):
+        square = graph.producer(mean.input[0])
         if square is None or not (square.op_type == "Pow" or (square.op_type == "Mul" and square.input[0] == square.input[1])):
             continue
         x, chain, frontier, normalized = square.input[0], [square.name, mean.name], [mean], []
         for _ in range(4):
-            following = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
+            following = [c for n in frontier for o in n.output for c in graph.consumers(o)]
             normalized += [c.name for c in following if c.op_type in ("Mul", "Div") and x in c.input]
             frontier = [c for c in following if c.op_type in ("Add", "Sqrt", "Reciprocal", "Div") and x not in c.input]
             chain += [c.name for c in frontier]
@@ -284,10 +272,10 @@ def rms_norm_nodes(model) -> list[str]:
     return sorted(set(found))
 
 
-def _reaches(start, target, consumers: dict, hops: int = 4) -> bool:
+def _reaches(graph: GraphIndex, start, target, hops: int = 4) -> bool:
     frontier = [start]
     for _ in range(hops):
-        frontier = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
+        frontier = [c for n in frontier for o in n.output for c in graph.consumers(o)]
         if target in frontier:
             return True
     return False
@@ -298,10 +286,10 @@ def _reaches(start, target, consumers: dict, hops: int = 4) -> bool:
 SOFTMAX_PASS_THROUGH = ("QuantizeLinear", "DequantizeLinear", "Cast", "IsNaN", "Where", "Dropout", "Identity")
 
 
-def _matmuls_after(softmax, consumers: dict, hops: int = 4) -> list:
+def _matmuls_after(graph: GraphIndex, softmax, hops: int = 4) -> list:
     found, frontier = [], [softmax]
     for _ in range(hops):
-        frontier = [c for n in frontier for o in n.output for c in consumers.get(o, [])]
+        frontier = [c for n in frontier for o in n.output for c in graph.consumers(o)]
         found += [n for n in frontier if n.op_type == "MatMul" and n not in found]
         frontier = [n for n in frontier if n.op_type in SOFTMAX_PASS_THROUGH]
     return found
@@ -329,20 +317,20 @@ def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
     """The nodes a decoder preset leaves unquantized, by part: the lm_head GEMM (the last GEMM
     before the logits output) and the nodes that read a KV cache input or write a KV cache output."""
     kept: dict[str, list[str]] = {}
-    producer = {o: n for n in model.graph.node for o in n.output}
+    graph = GraphIndex.of(model)
     if "lm_head" in rules.keep_float:
         heads = []
-        for output in model.graph.output:
-            node = producer.get(output.name)
+        for output in graph.outputs:
+            node = graph.producer(output)
             while node is not None and node.op_type not in ("MatMul", "Gemm") and node.input:
-                node = producer.get(node.input[0])
-            if node is not None and node.op_type in ("MatMul", "Gemm") and not KV_CACHE_NAME.search(output.name):
+                node = graph.producer(node.input[0])
+            if node is not None and node.op_type in ("MatMul", "Gemm") and not KV_CACHE_NAME.search(output):
                 heads.append(node.name)
         kept["lm_head"] = sorted(set(heads))
     if "kv_cache" in rules.keep_float:
         cache_in = {i.name for i in model.graph.input if KV_CACHE_NAME.search(i.name)}
-        cache_out = {o.name for o in model.graph.output if KV_CACHE_NAME.search(o.name)}
-        kept["kv_cache"] = [n.name for n in model.graph.node if set(n.input) & cache_in or set(n.output) & cache_out]
+        cache_out = {o for o in graph.outputs if KV_CACHE_NAME.search(o)}
+        kept["kv_cache"] = [n.name for n in graph.nodes if set(n.input) & cache_in or set(n.output) & cache_out]
     if "attention" in rules.keep_float:
         kept["attention MatMuls (they read the KV cache)"] = attention_matmuls(model)
     if "rms_norm" in rules.keep_float:
@@ -375,17 +363,19 @@ def apply_preset(preset: Preset, model) -> list[str]:
         return []
     rules = preset.rules
     if rules.residual_skip:
-        _quantize_residual_skips(QdqGraph(model))
-    graph = QdqGraph(model)  # after the residual edits: a Q/DQ they left unread is found unread here
-    outputs = {o.name for o in model.graph.output}
+        _quantize_residual_skips(model)
+    # indexed after the residual edits (a Q/DQ they left unread is found unread here) and not after the
+    # edits below: each DQ's readers are decided on the graph as ModelOpt (and the residual pass) left it
+    graph = QdqGraph.of(model)
+    outputs = set(graph.outputs)
     removed: list[str] = []
-    for dq in [n for n in model.graph.node if n.op_type == "DequantizeLinear"]:
+    for dq in [n for n in graph.nodes if n.op_type == "DequantizeLinear"]:
         pair = graph.quantized_activation(dq.output[0])
         if pair is None:
             continue  # a weight's DQ: TensorRT needs it
         q = pair[0]
         moves = graph.moves_between(q, dq)
-        readers = list(graph.consumers.get(dq.output[0], []))
+        readers = list(graph.consumers(dq.output[0]))
         rejected = [c for c in readers if (preset.op_types_to_quantize is not None and c.op_type not in preset.op_types_to_quantize)
                     or graph.rejected(rules, q.input[0], c, dq.output[0])]
         if moves:  # Q -> Transpose/Reshape -> DQ (FP8): only a whole pair goes, the data movement stays, in float
@@ -397,70 +387,55 @@ def apply_preset(preset: Preset, model) -> list[str]:
             source = q.input[0]
         for consumer in rejected:
             consumer.input[list(consumer.input).index(dq.output[0])] = source
-            graph.consumers[dq.output[0]].remove(consumer)
-        if not graph.consumers.get(dq.output[0]) and dq.output[0] not in outputs:
-            if moves or not [c for c in graph.consumers.get(q.output[0], []) if c is not dq]:
+        if len(rejected) == len(readers) and dq.output[0] not in outputs:  # the DQ is read no more
+            if moves or not [c for c in graph.consumers(q.output[0]) if c is not dq]:
                 model.graph.node.remove(dq)
                 model.graph.node.remove(q)
                 removed += [q.name, dq.name]
     if rules.share_concat_scales:
-        share_concat_scales(QdqGraph(model))
+        share_concat_scales(model)
     return removed
 
 
-class QdqGraph:
-    """Producer/consumer maps of a Q/DQ graph and the questions the presets and the lint ask of it."""
-
-    def __init__(self, model):
-        self.model = model
-        self.nodes = list(model.graph.node)
-        self.producer = {o: n for n in self.nodes for o in n.output}
-        self.consumers: dict[str, list] = {}
-        for node in self.nodes:
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
-        self.initializers = {i.name: i for i in model.graph.initializer}
-
-    def op(self, tensor: str) -> str | None:
-        node = self.producer.get(tensor)
-        return node.op_type if node is not None else None
+class QdqGraph(GraphIndex):
+    """The questions the presets and the lint ask of a Q/DQ graph, on its index (`QdqGraph.of(model)`)."""
 
     def quantized_activation(self, tensor: str):
         """(Q, DQ) when `tensor` is DQ(Q(x)), also with data movement between them (ModelOpt's FP8
         MHA places Q -> Transpose -> DQ); else None. A DQ of a constant (a weight) is not an activation."""
-        dq = self.producer.get(tensor)
+        dq = self.producer(tensor)
         if dq is None or dq.op_type != "DequantizeLinear":
             return None
-        q = self.producer.get(dq.input[0])
-        while q is not None and q.op_type in DATA_MOVEMENT_OPS:
-            q = self.producer.get(q.input[0])
+        q = self.producer(dq.input[0])
+        while q is not None and q.op_type in LAYOUT_OPS:
+            q = self.producer(q.input[0])
         return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
 
     def moves_between(self, q, dq) -> list:
         """The data movement nodes from `q` to `dq` (Q -> Transpose -> DQ), in graph order; [] when DQ reads Q."""
-        moves, node = [], self.producer.get(dq.input[0])
+        moves, node = [], self.producer(dq.input[0])
         while node is not None and node is not q:
             moves.insert(0, node)
-            node = self.producer.get(node.input[0])
+            node = self.producer(node.input[0])
         return moves
 
     def single_path(self, q, dq) -> bool:
         """Every tensor from `q` to `dq` is read once (by the next node): the pair can go without touching another reader."""
-        return all(len(self.consumers.get(node.output[0], [])) == 1 for node in [q, *self.moves_between(q, dq)])
+        return all(len(self.readers.get(node.output[0], ())) == 1 for node in [q, *self.moves_between(q, dq)])
 
     def dequantized_through(self, tensor: str):
         """`quantized_activation` of `tensor` or of the input of the ops it comes through that a DQ commutes
         with (nearest Resize, MaxPool, data movement): ModelOpt quantizes before an Upsample, not after."""
-        node = self.producer.get(tensor)
+        node = self.producer(tensor)
         while node is not None and node.op_type in COMMUTING_OPS:
-            tensor, node = node.input[0], self.producer.get(node.input[0])
+            tensor, node = node.input[0], self.producer(node.input[0])
         return self.quantized_activation(tensor)
 
     def gemm_behind(self, tensor: str, epilogue: tuple[str, ...] = ("Add",), single_use: bool = False):
         """The GEMM/Conv whose output `tensor` is, directly or through ops that fuse into it (`epilogue`:
         its bias Add; BatchNormalization and activations under the CNN rules). `single_use`: only if every
         tensor on the way has one consumer (a Conv whose output also feeds another layer cannot take an Add)."""
-        node = self.producer.get(tensor)
+        node = self.producer(tensor)
         chain = [tensor]
         for _ in range(4):
             if node is None or node.op_type not in epilogue:
@@ -469,10 +444,10 @@ class QdqGraph:
                 chain.append(next((i for i in node.input if self.op(i) in GEMM_OPS), ""))
             else:
                 chain.append(node.input[0])
-            node = self.producer.get(chain[-1])
+            node = self.producer(chain[-1])
         if node is None or node.op_type not in GEMM_OPS:
             return None
-        if single_use and any(len(self.consumers.get(t, [])) != 1 for t in chain):
+        if single_use and any(len(self.readers.get(t, ())) != 1 for t in chain):
             return None
         return node
 
@@ -482,10 +457,10 @@ class QdqGraph:
 
     def dq_of(self, tensor: str) -> str | None:
         """The output of an existing DQ(Q(tensor)) (a Q/DQ placed for another consumer), if any."""
-        for q in self.consumers.get(tensor, []):
+        for q in self.consumers(tensor):
             if q.op_type != "QuantizeLinear":
                 continue
-            for dq in self.consumers.get(q.output[0], []):
+            for dq in self.consumers(q.output[0]):
                 if dq.op_type == "DequantizeLinear":
                     return dq.output[0]
         return None
@@ -493,7 +468,7 @@ class QdqGraph:
     def residual_adds(self, epilogue: tuple[str, ...]):
         """(Add, [GEMM behind each input or None], [float tensor of each input]) for Adds of two computed
         tensors of which at least one is a GEMM/Conv output (mask Adds before Softmax excluded)."""
-        masks = set(attention_mask_adds(self.model))
+        masks = set(_mask_adds(self))
         for node in self.nodes:
             if node.op_type != "Add" or len(node.input) != 2 or node.name in masks:
                 continue
@@ -518,9 +493,10 @@ class QdqGraph:
         return True
 
 
-def _quantize_residual_skips(graph: QdqGraph) -> None:
+def _quantize_residual_skips(model) -> None:
     """Each residual Add of a Conv output and an unquantized skip reads the skip through the Q/DQ
     that tensor already has; of two quantized Conv outputs, the first is read in float."""
+    graph = QdqGraph.of(model)
     epilogue = CNN_RULES.epilogue_ops
     for add, gemms, floats in list(graph.residual_adds(epilogue)):
         pairs = [graph.quantized_activation(i) for i in add.input]
@@ -533,26 +509,28 @@ def _quantize_residual_skips(graph: QdqGraph) -> None:
             add.input[skip] = shared
 
 
-def share_concat_scales(graph: QdqGraph) -> list[str]:
+def share_concat_scales(model) -> list[str]:
     """Give the Q/DQ pairs feeding each Concat (all inputs quantized, per-tensor scales) the largest
     of their scales, so TensorRT can drop the Concat; returns the Concats changed."""
     import numpy as np
     from onnx import numpy_helper
 
+    graph = QdqGraph.of(model)
+    initializers = dict(graph.initializers)  # and the shared scales made here (a DQ may feed two Concats)
     changed = []
     for concat in (n for n in graph.nodes if n.op_type == "Concat"):
         pairs = [graph.dequantized_through(i) for i in concat.input]
         if not pairs or not all(pairs):
             continue
-        scales = [graph.initializers.get(dq.input[1]) for _, dq in pairs]
+        scales = [initializers.get(dq.input[1]) for _, dq in pairs]
         if any(s is None or len(s.dims) for s in scales):
             continue
         values = [numpy_helper.to_array(s) for s in scales]
         if len({float(v) for v in values}) == 1:
             continue
         shared = numpy_helper.from_array(np.asarray(max(values, key=float), dtype=values[0].dtype), f"{concat.name}_shared_scale")
-        graph.model.graph.initializer.append(shared)
-        graph.initializers[shared.name] = shared
+        model.graph.initializer.append(shared)
+        initializers[shared.name] = shared
         for q, dq in pairs:
             q.input[1] = dq.input[1] = shared.name
         changed.append(concat.name)

@@ -20,8 +20,9 @@ import re
 from collections import Counter
 from typing import Any
 
+from pipeline.core.graph import QDQ_OPS
 from trt.fusion_map import diff_map
-from trt.onnx_graph import QDQ_OPS, OnnxGraph
+from trt.onnx_graph import OnnxGraph
 from trt.parsers.common import split_top
 from trt.plan import MAPPING_RANGE, EnginePlan, Region, looks_qdq, paused_gc
 from trt.report import build_report
@@ -212,12 +213,12 @@ def _cuts(nodes: set[str], kept: list[int], hits: dict[int, set[str]], side_b: _
     cuts = []
     for name in sorted(nodes & home.keys()):
         node = graph.by_name.get(name)
-        for tensor in node.outputs if node else []:
-            for consumer in graph.consumers.get(tensor, []):
+        for tensor in node.output if node else []:
+            for consumer in graph.consumers(tensor):
                 targets = [(consumer.name, None, None)]
                 if consumer.op_type == "QuantizeLinear":
-                    targets = [(c.name, consumer.name, dq.name) for out in consumer.outputs for dq in graph.consumers.get(out, []) if dq.op_type == "DequantizeLinear"
-                               for dq_out in dq.outputs for c in graph.consumers.get(dq_out, [])]
+                    targets = [(c.name, consumer.name, dq.name) for out in consumer.output for dq in graph.consumers(out) if dq.op_type == "DequantizeLinear"
+                               for dq_out in dq.output for c in graph.consumers(dq_out)]
                 for target, q, dq in targets:
                     if target in home and home[target] != home[name]:
                         cuts.append({"from_region": home[name], "to_region": home[target], "from_node": name, "to_node": target, "quantize": q, "dequantize": dq})

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trt.onnx_graph import QDQ_OPS, OnnxGraph
+from pipeline.core.graph import QDQ_OPS
+from trt.onnx_graph import OnnxGraph
 from trt.plan import EnginePlan, looks_qdq
 
 

@@ -7,56 +7,46 @@ dynamo exporter's `pkg.torch.onnx.name_scopes` metadata, else from TorchScript-s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 from pipeline.core.errors import InputError
+from pipeline.core.graph import SHAPE_OPS, GraphIndex
 from pipeline.core.scopes import inline_functions_proto, node_scope
-
-QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
-SHAPE_OPS = frozenset({"Shape", "Size"})
-DATA_MOVEMENT_OPS = frozenset(
-    {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Expand", "Slice", "Concat", "Split", "Gather", "Cast", "Dropout"}
-)
 
 
 @dataclass
 class Node:
     name: str
     op_type: str
-    inputs: list[str]
-    outputs: list[str]
+    input: list[str]
+    output: list[str]
     scope: tuple[str, ...]
 
 
-@dataclass
-class OnnxGraph:
-    path: str
-    nodes: list[Node]  # topological order, as ONNX requires
-    initializers: set[str]
-    by_name: dict[str, Node] = field(default_factory=dict)
-    producer: dict[str, Node] = field(default_factory=dict)
-    consumers: dict[str, list[Node]] = field(default_factory=dict)
-    position: dict[str, int] = field(default_factory=dict)
+class OnnxGraph(GraphIndex):
+    """The core index (pipeline/core/graph.py) over the nodes as the report names them, each with its
+    module scope, looked up by name. Initializers are known by name only: the report reads no value,
+    and holding their protos would keep the whole model in memory."""
 
-    def __post_init__(self) -> None:
-        for index, node in enumerate(self.nodes):
-            self.by_name[node.name] = node
-            self.position[node.name] = index
-            for tensor in node.outputs:
-                self.producer[tensor] = node
-            for tensor in node.inputs:
-                self.consumers.setdefault(tensor, []).append(node)
+    def __init__(self, path: str, nodes: list[Node], initializers: Mapping[str, Any] = MappingProxyType({})):
+        super().__init__(nodes, initializers)
+        self.path = path
+        self.by_name = {node.name: node for node in self.nodes}
+        self.position = {node.name: index for index, node in enumerate(self.nodes)}
 
     def constant_like(self) -> set[str]:
         """Nodes TensorRT folds at build time: constants and anything computed only from constants or shapes."""
         static = set(self.initializers)
         folded = set()
         for node in self.nodes:
-            inputs = [t for t in node.inputs if t]
+            inputs = [t for t in node.input if t]
             if node.op_type in ("Constant", *SHAPE_OPS) or (inputs and all(t in static for t in inputs)):
                 folded.add(node.name)
-                static.update(node.outputs)
+                static.update(node.output)
         return folded
 
 
@@ -76,4 +66,4 @@ def load_onnx_graph(path: Path | str) -> OnnxGraph:
         name = proto.name or f"{proto.op_type}_{index}"
         metadata = {p.key: p.value for p in proto.metadata_props}
         nodes.append(Node(name, proto.op_type, list(proto.input), list(proto.output), node_scope(name, metadata)))
-    return OnnxGraph(str(path), nodes, {init.name for init in model.graph.initializer})
+    return OnnxGraph(str(path), nodes, dict.fromkeys(init.name for init in model.graph.initializer))

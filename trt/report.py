@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from pipeline.core.graph import DATA_MOVEMENT_OPS, QDQ_OPS
 from pipeline.core.scopes import scope_of_name
 from trt.fusion_map import report_map
-from trt.onnx_graph import DATA_MOVEMENT_OPS, QDQ_OPS, OnnxGraph
+from trt.onnx_graph import OnnxGraph
 from trt.plan import MAPPING_RANGE, EnginePlan, Layer, Region, paused_gc
 
 ROOT = "(root)"
@@ -197,8 +198,7 @@ def _resolve_ranges(plan: EnginePlan, graph: OnnxGraph) -> None:
 def _position(graph: OnnxGraph, name: str) -> int | None:
     if name in graph.position:
         return graph.position[name]
-    producer = graph.producer.get(name)  # TensorRT sometimes names a region by a tensor
-    return graph.position[producer.name] if producer else None
+    return graph.producers.get(name)  # TensorRT sometimes names a region by a tensor
 
 
 def _breakdown(plan: EnginePlan) -> dict[str, Any]:

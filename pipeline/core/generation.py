@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError, ProfileError, StageFailed
+from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 
 PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(key|value)")
@@ -101,25 +102,19 @@ def _next_token_scores(outputs: dict[str, np.ndarray], head: np.ndarray | None, 
 def embedding_head(model: Any) -> np.ndarray | None:
     """The input embedding matrix [vocab, hidden] of an ONNX model (the Gather that reads input_ids,
     through Casts and reshapes, from an initializer), or None."""
-    from onnx import numpy_helper
-
-    graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
-    constants = {n.output[0]: n for n in graph.node if n.op_type == "Constant"}
+    graph = GraphIndex.of(model)
     sources = {"input_ids"}
-    for node in graph.node:  # follow input_ids through Casts and reshapes (GPT-2 views them as [-1, seq])
+    for node in graph.nodes:  # follow input_ids through Casts and reshapes (GPT-2 views them as [-1, seq])
         if node.op_type in ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze") and node.input and node.input[0] in sources:
             sources.add(node.output[0])
-    producers = {o: n for n in graph.node for o in n.output}
-    for node in graph.node:
+    for node in graph.nodes:
         if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in sources:
             name = node.input[0]
-            while name in producers and producers[name].op_type in ("Cast", "DequantizeLinear", "Identity"):
-                name = producers[name].input[0]
-            if name in initializers:
-                return numpy_helper.to_array(initializers[name]).astype(np.float64)
-            if name in constants:
-                return numpy_helper.to_array(constants[name].attribute[0].t).astype(np.float64)
+            while graph.op(name) in ("Cast", "DequantizeLinear", "Identity"):
+                name = graph.producer(name).input[0]
+            value = graph.constant(name)
+            if value is not None:
+                return value.astype(np.float64)
     return None
 
 

@@ -1,0 +1,83 @@
+"""One read-only index of an ONNX graph: its nodes in order, the node that makes each tensor and
+the nodes that read it (by position), its initializers (values read on demand) and outputs, and the
+op families the checks name.
+
+Built from a ModelProto (`GraphIndex.of`) or from any nodes with `name`, `op_type`, `input` and
+`output` (trt/onnx_graph.py names unnamed nodes first); it never loads external weights. It is
+not updated when the graph is edited: whoever edits a graph (the presets' Q/DQ clean-up) reads
+the index of the graph as it was and builds a new one for the next pass. The optimize stage
+rewrites on onnx_ir's mutable graph instead (pipeline/optimize/), which keeps its own uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+SHAPE_OPS = frozenset({"Shape", "Size"})
+# rearrange the elements of one tensor, values unchanged: a DQ commutes through them (TensorRT moves it
+# after them), and ModelOpt's FP8 attention splits a Q/DQ pair by one (Q -> Transpose -> DQ)
+LAYOUT_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+# compute nothing: the layout ops and the ops that copy, select, join, split, cast or pass values on
+# (what the report counts as data movement)
+DATA_MOVEMENT_OPS = LAYOUT_OPS | {"Identity", "Expand", "Slice", "Concat", "Split", "Gather", "Cast", "Dropout"}
+
+
+class GraphIndex:
+    """Who makes and who reads each tensor of a graph. A node reading a tensor twice is listed
+    twice among its readers (once per input); the empty name (an absent optional input or output)
+    is no tensor."""
+
+    def __init__(self, nodes: Iterable[Any], initializers: Mapping[str, Any] = MappingProxyType({}), outputs: Iterable[str] = ()):
+        self.nodes = tuple(nodes)
+        self.initializers = MappingProxyType(dict(initializers))
+        self.outputs = tuple(outputs)
+        producers: dict[str, int] = {}
+        readers: dict[str, list[int]] = {}
+        for position, node in enumerate(self.nodes):
+            for tensor in node.output:
+                if tensor:
+                    producers[tensor] = position
+            for tensor in node.input:
+                if tensor:
+                    readers.setdefault(tensor, []).append(position)
+        self.producers = MappingProxyType(producers)  # tensor -> position of the node that makes it
+        self.readers = MappingProxyType({tensor: tuple(positions) for tensor, positions in readers.items()})  # tensor -> positions reading it
+
+    @classmethod
+    def of(cls, model: Any) -> GraphIndex:
+        """The index of a ModelProto's main graph."""
+        graph = model.graph
+        return cls(graph.node, {tensor.name: tensor for tensor in graph.initializer}, [output.name for output in graph.output])
+
+    def producer(self, tensor: str) -> Any | None:
+        """The node that makes `tensor` (None for graph inputs, initializers and unknown names)."""
+        position = self.producers.get(tensor)
+        return None if position is None else self.nodes[position]
+
+    def consumers(self, tensor: str) -> tuple[Any, ...]:
+        """The nodes that read `tensor`, in graph order."""
+        return tuple(self.nodes[position] for position in self.readers.get(tensor, ()))
+
+    def op(self, tensor: str) -> str | None:
+        """The op type of the node that makes `tensor`."""
+        node = self.producer(tensor)
+        return node.op_type if node is not None else None
+
+    def constant(self, tensor: str):
+        """The value of an initializer or of a Constant node's output (a numpy array), else None."""
+        from onnx import numpy_helper
+
+        if tensor in self.initializers:
+            return numpy_helper.to_array(self.initializers[tensor])
+        node = self.producer(tensor)
+        if node is not None and node.op_type == "Constant":
+            return numpy_helper.to_array(node.attribute[0].t)
+        return None
+
+    def initializer_type(self, tensor: str) -> int | None:
+        """The onnx.TensorProto data type of an initializer."""
+        initializer = self.initializers.get(tensor)
+        return initializer.data_type if initializer is not None else None
