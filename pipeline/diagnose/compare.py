@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, first_line
+from pipeline.core.errors import InputError
+from pipeline.core.graph import QDQ_OPS, GraphIndex
 from pipeline.core.scopes import inline_functions_proto, module_name, node_scope
 
 MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
@@ -35,50 +36,6 @@ class NodeError:
     module: str  # the torch module the node came from ("" when the export did not record it)
 
 
-def _expose_all(path: Path, target: Path) -> list[str]:
-    """Write a copy of the model whose outputs are all its float node outputs; return their names."""
-    import onnx
-
-    from pipeline.core.onnxfile import load_onnx
-
-    model = inline_functions_proto(load_onnx(path, weights=True))  # tensors inside functions cannot be outputs
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
-    existing = {o.name for o in model.graph.output}
-    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-    names = []
-    for node in model.graph.node:
-        for tensor in node.output:
-            tensor_type = types.get(tensor)
-            if tensor and tensor not in existing and tensor_type is not None and tensor_type.tensor_type.elem_type in floats:
-                model.graph.output.append(onnx.helper.make_value_info(tensor, tensor_type))
-                names.append(tensor)
-    onnx.save(model, str(target))
-    return names + sorted(existing)
-
-
-def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, list[np.ndarray]]:
-    """Every float tensor the model computes (and its outputs), per feed set, as float64, by name."""
-    from pipeline.core.verify import OnnxSession
-
-    exposed = workdir / f"{path.stem}.all.onnx"
-    _expose_all(path, exposed)
-    session = OnnxSession(exposed, as_written=True, shown_as=path)
-    names, wanted = session.outputs, set(session.inputs)
-    missing = sorted(wanted - feed_sets[0].keys())
-    if missing:
-        raise InputError(f"{path}: model input {missing[0]!r} has no data (given: {', '.join(sorted(feed_sets[0]))}); both models must take the inputs given")
-    values: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for feeds in feed_sets:
-        try:
-            results = session.session.run(None, {k: v for k, v in feeds.items() if k in wanted})
-        except Exception as err:  # shapes or dtypes the model does not accept
-            raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({first_line(err)}); give inputs of its shapes and dtypes") from err
-        for name, value in zip(names, results, strict=True):
-            values[name].append(np.asarray(value, np.float64))
-    return values
-
-
 def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
     if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
         return None
@@ -87,16 +44,17 @@ def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
 
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, Any]:
-
+    """Each reference node's error in the candidate over the feed sets, the nodes where it grows most first."""
     from pipeline.core.onnxfile import load_onnx
+    from pipeline.diagnose.exposed import run_exposing_all
 
     ref_model, cand_model = inline_functions_proto(load_onnx(reference)), inline_functions_proto(load_onnx(candidate))
     a, b = run_exposing_all(reference, feed_sets, workdir), run_exposing_all(candidate, feed_sets, workdir)
     # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
-    producer = {o: n for n in cand_model.graph.node for o in n.output}
+    cand = GraphIndex.of(cand_model)
     stands_for, pair_of = {}, {}
-    for dq in (n for n in cand_model.graph.node if n.op_type == "DequantizeLinear"):
-        q = producer.get(dq.input[0])
+    for dq in (n for n in cand.nodes if n.op_type == "DequantizeLinear"):
+        q = cand.producer(dq.input[0])
         if q is not None and q.op_type == "QuantizeLinear":
             stands_for[q.input[0]] = dq.output[0]
             pair_of[q.input[0]] = q.name
@@ -143,7 +101,7 @@ def shared_names(reference: Path, candidate: Path) -> tuple[int, int]:
 
 def precision_of(steps: list) -> str:
     """int8 when the graph has Q/DQ nodes, fp16 when a result is float16, else fp32."""
-    if any(s.op_type in ("QuantizeLinear", "DequantizeLinear") for s in steps):
+    if any(s.op_type in QDQ_OPS for s in steps):
         return "int8"
     if any(s.kind == "result" and s.value.dtype == np.float16 for s in steps):
         return "fp16"

@@ -2,7 +2,7 @@
 
 The torch model runs with a forward hook on every submodule, capturing what each returns (and,
 for a dump, what it was given); the ONNX model runs on onnxruntime with every intermediate float
-tensor exposed (compare.py). A module maps to a tensor through the scope each ONNX node
+tensor exposed (exposed.py). A module maps to a tensor through the scope each ONNX node
 records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
 that other nodes read, the last in graph order with the module's output shape is its output.
 Modules are listed in the order they finish in torch (children before their parent), so the first
@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError, first_line
+from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 from pipeline.core.scopes import NAME_SCOPES_KEY, inline_functions_proto, module_name, node_scope
 
@@ -85,30 +86,26 @@ def _tensors(value: Any) -> list[np.ndarray]:
 @dataclass
 class OnnxScopes:
     by_module: dict[str, list[tuple[str, int]]]  # qualified module name -> (tensor, node position) of its nodes and its children's
-    consumers: dict[str, set[int]]  # tensor -> positions of the nodes reading it
-    graph_outputs: set[str]
+    graph: GraphIndex
 
     def escaping(self, outputs: list[tuple[str, int]]) -> list[str]:
         """Of `outputs` (one module call's nodes), the tensors read outside them or returned by the graph: the call's results, in graph order."""
         inside = {position for _, position in outputs}
         ordered = sorted(set(outputs), key=lambda item: item[1])
-        return [t for t, _ in ordered if t in self.graph_outputs or self.consumers.get(t, set()) - inside]
+        return [t for t, _ in ordered if t in self.graph.outputs or set(self.graph.readers.get(t, ())) - inside]
 
 
 def module_scopes(onnx_path: Path) -> OnnxScopes:
     """What each module's nodes produce, and who reads each tensor."""
     import onnx
 
-    model = inline_functions_proto(onnx.load(str(onnx_path), load_external_data=False))
+    graph = GraphIndex.of(inline_functions_proto(onnx.load(str(onnx_path), load_external_data=False)))
     by_module: dict[str, list[tuple[str, int]]] = {}
-    consumers: dict[str, set[int]] = {}
-    for position, node in enumerate(model.graph.node):
+    for position, node in enumerate(graph.nodes):
         scope = node_scope(node.name, {p.key: p.value for p in node.metadata_props})
         for depth in range(1, len(scope) + 1):
             by_module.setdefault(module_name(scope[:depth]), []).extend((t, position) for t in node.output if t)
-        for tensor in node.input:
-            consumers.setdefault(tensor, set()).add(position)
-    return OnnxScopes(by_module, consumers, {o.name for o in model.graph.output})
+    return OnnxScopes(by_module, graph)
 
 
 def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray],
@@ -117,7 +114,7 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     profile's export tolerance), and what each module got and returned. `module` is the profile's torch
     model (the caller builds it: export.py calls this module, so this one never imports export.py);
     `feeds` are in the profile's input order."""
-    from pipeline.diagnose.compare import run_exposing_all
+    from pipeline.diagnose.exposed import run_exposing_all
 
     captures = capture_modules(module, feeds)
     values = {name: runs[0] for name, runs in run_exposing_all(onnx_path, [feeds], workdir).items()}

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError, first_line
-from pipeline.core.scopes import inline_functions_proto, module_name, node_scope
+from pipeline.core.errors import InputError
+from pipeline.core.graph import GraphIndex
+from pipeline.core.scopes import module_name, node_scope
 
 DEFAULT_LIMIT_MB = 4096  # largest trace kept without --nodes or --max-trace-mb
 
@@ -110,23 +111,6 @@ def fingerprint(value: np.ndarray) -> tuple[str, tuple[float, float, float]]:
     return f"i|{shape}|{zlib.crc32(data):08x}", (0.0, 0.0, 0.0)
 
 
-def _concrete(model, feeds: dict[str, np.ndarray]):
-    """A copy of the model whose inputs have the feeds' shapes, shapes inferred through it."""
-    import onnx
-
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    for graph_input in model.graph.input:
-        if graph_input.name in feeds and graph_input.type.HasField("tensor_type"):
-            dims = graph_input.type.tensor_type.shape.dim
-            for dim, size in zip(dims, feeds[graph_input.name].shape):
-                dim.Clear()
-                dim.dim_value = size
-    try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:  # inference is best effort: onnxruntime has the last word
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
-
-
 def _itemsize(elem_type: int) -> int:
     import onnx
 
@@ -140,14 +124,10 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
                 limit_mb: float = DEFAULT_LIMIT_MB) -> Trace:
     """Run the model on `feeds` (one sample, by its input names) with every node result exposed
     (only the nodes whose name, op or module matches the regex `nodes`, when given)."""
-    import onnx
+    from pipeline.diagnose.exposed import Exposed, load_inlined, tensor_types
 
-    from pipeline.core.onnxfile import load_onnx
-    from pipeline.core.verify import OnnxSession
-
-    model = inline_functions_proto(load_onnx(path, weights=True))
-    inferred = _concrete(model, feeds)
-    types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    model = load_inlined(path)
+    types = tensor_types(model, feeds)
     pattern = re.compile(nodes) if nodes else None
     modules = [module_name(node_scope(n.name, {p.key: p.value for p in n.metadata_props})) for n in model.graph.node]
     kept = [pattern is None or bool(pattern.search(n.name) or pattern.search(n.op_type) or pattern.search(m)) for n, m in zip(model.graph.node, modules)]
@@ -174,29 +154,19 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
         raise InputError(f"{path}: keeping every node result needs about {needed_mb:,.0f} MiB ({len(exposed)} results, "
                          f"{unknown} more of unknown size), over the {limit_mb:g} MiB limit; keep a subset with --nodes PATTERN "
                          "(a regex over node names, ops and modules) or raise --max-trace-mb")
-    for tensor in exposed:
-        if tensor not in existing:
-            model.graph.output.append(onnx.helper.make_value_info(tensor, types[tensor]))
-    exposed_file = workdir / f"{len(list(workdir.iterdir()))}.{path.stem}.trace.onnx"
-    onnx.save(model, str(exposed_file), save_as_external_data=model.ByteSize() > 1_800_000_000, location=exposed_file.name + ".data")
-    session = OnnxSession(exposed_file, as_written=True, shown_as=path)
-    wanted, names = session.inputs, session.outputs
-    try:
-        results = session.session.run(None, {name: feeds[name] for name in wanted})
-    except Exception as err:  # shapes or dtypes the model does not accept
-        raise InputError(f"{path}: onnxruntime cannot run it on the inputs given ({first_line(err)}); give inputs of its shapes and dtypes") from err
-    values = dict(zip(names, results, strict=True))
-    initializers = {t.name: t for t in model.graph.initializer}
-    steps = [Step("input", name, "", "", "", np.asarray(feeds[name])) for name in wanted]
+    session = Exposed(path, model, exposed, types, workdir)
+    values = session.run(feeds)
+    graph = GraphIndex.of(model)  # with the results exposed: demand order starts from each output
+    steps = [Step("input", name, "", "", "", np.asarray(feeds[name])) for name in session.inputs]
     seen: set[str] = set()
-    for position in demand_order(model.graph):
-        node, module, keep = model.graph.node[position], modules[position], kept[position]
+    for position in demand_order(graph):
+        node, module, keep = graph.nodes[position], modules[position], kept[position]
         if not keep:
             continue
         for tensor in node.input:
-            if tensor in initializers and tensor not in seen:
+            if tensor in graph.initializers and tensor not in seen:
                 seen.add(tensor)
-                steps.append(Step("initializer", tensor, "", node.name, module, onnx.numpy_helper.to_array(initializers[tensor])))
+                steps.append(Step("initializer", tensor, "", node.name, module, graph.constant(tensor)))
         for tensor in node.output:
             if tensor in values:
                 steps.append(Step("result", tensor, node.op_type, node.name, module, np.asarray(values[tensor])))
@@ -205,21 +175,21 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
     return Trace(path, steps, not_exposed, sum(s.value.nbytes for s in steps))
 
 
-def demand_order(graph) -> list[int]:
+def demand_order(graph: GraphIndex) -> list[int]:
     """Node positions in the order a run driven by the outputs computes them: depth first from each
     graph output, each node's inputs in their order, a node after what it reads (nodes no output needs
     last, in file order). Two graphs that list independent branches in different orders (an optimizer
     hoisting shape computations) get the same order."""
-    producer = {t: k for k, n in enumerate(graph.node) for t in n.output if t}
+    producer = graph.producers
     order: list[int] = []
     done: set[int] = set()
-    for start in [producer[o.name] for o in graph.output if o.name in producer] + list(range(len(graph.node))):
+    for start in [producer[o] for o in graph.outputs if o in producer] + list(range(len(graph.nodes))):
         stack = [(start, 0)]
         while stack:
             node, next_input = stack.pop()
             if node in done:
                 continue
-            inputs = graph.node[node].input
+            inputs = graph.nodes[node].input
             while next_input < len(inputs) and (inputs[next_input] not in producer or producer[inputs[next_input]] in done):
                 next_input += 1
             if next_input < len(inputs):
