@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls but tab and newline, DEL and C1 as \xNN; the line and paragraph separators and the bidi
+# marks and overrides (which reorder what a terminal shows) as \uNNNN
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0)]}
+_ESCAPES.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_ONE_LINE_ESCAPES = {**_ESCAPES, 0x09: "\\x09", 0x0A: "\\x0a"}
 
 
-def printable(text: str) -> str:
-    """`text` with control characters (ESC, OSC, BEL, C1, ...) shown as `\\xNN` escapes; newlines and tabs kept."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+def printable(text: str, one_line: bool = False) -> str:
+    """`text` with control characters (ESC, OSC's BEL, C1, ...) and bidi overrides written as escapes;
+    newlines and tabs kept, unless `one_line` (a name in a table or a title)."""
+    return text.translate(_ONE_LINE_ESCAPES if one_line else _ESCAPES)
 
 
 _JSON_UNESCAPED_CONTROL = re.compile(r"[\x7f-\x9f]")

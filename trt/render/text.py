@@ -11,26 +11,20 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.core.text import printable
+
 MAX_ROWS = 200
 NODES_SHOWN = 4
 NAME_WIDTH = 70
 
-# C0/C1 controls, DEL, line/paragraph separators and bidi overrides: shown as escapes, never sent raw
-_NEUTRALIZE = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]}
-_NEUTRALIZE.update({c: f"\\u{c:04x}" for c in (0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
-
-
-def printable(text: str) -> str:
-    """The text with every control character (ESC, OSC's BEL, newlines in names, ...) written as an escape."""
-    return text.translate(_NEUTRALIZE)
-
 
 def cell(value: Any) -> str:
+    """A value for a table: names and text from the files on one line, every control character escaped."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.4f}"
-    return printable(str(value))
+    return printable(str(value), one_line=True)
 
 
 def nodes_preview(nodes: list[str]) -> str:
@@ -54,7 +48,7 @@ def counts(values: dict[str, int], limit: int = 8) -> str:
 def text(data: dict[str, Any], kind: str, width: int, all_rows: bool) -> str:
     out = io.StringIO()
     console = Console(file=out, width=width, markup=False, highlight=False, emoji=False, color_system=None)
-    out.write(printable(data["verdict"]) + "\n\n")
+    out.write(printable(data["verdict"], one_line=True) + "\n\n")
     for section in _report(data, all_rows) if kind == "report" else _diff(data, all_rows):
         if isinstance(section, str):
             out.write(section + "\n")
@@ -64,7 +58,7 @@ def text(data: dict[str, Any], kind: str, width: int, all_rows: bool) -> str:
 
 
 def rich_table(title: str, columns: list[str], rows: list[list[Any]], right: tuple[str, ...] = ()) -> Table:
-    table = Table(title=printable(title), title_justify="left", show_header=any(columns))
+    table = Table(title=printable(title, one_line=True), title_justify="left", show_header=any(columns))
     for column in columns:
         table.add_column(column, justify="right" if column in right else "left", overflow="fold")
     for row in rows:
@@ -85,7 +79,7 @@ def compact_table(title: str, columns: list[str], rows: list[list[Any]], total: 
             parts.append(value.rjust(size) if column in right else value.ljust(size))
         return "  ".join(parts).rstrip()
 
-    lines = [printable(title), line(columns), "  ".join("-" * size for size in widths), *(line(row) for row in cells)]
+    lines = [printable(title, one_line=True), line(columns), "  ".join("-" * size for size in widths), *(line(row) for row in cells)]
     if total > len(shown):
         lines.append(f"... {total - len(shown)} more {what} (the first {len(shown)} of {total} shown; --all lists every one)")
     return "\n".join(lines) + "\n"
@@ -149,7 +143,7 @@ def _diff(diff: dict[str, Any], all_rows: bool) -> list[Any]:
     rows = [[key.replace("_", " "), v["a"], v["b"], v["delta"]] for key, v in totals.items() if key != "precisions"]
     rows.append(["precisions", counts(totals["precisions"]["a"]), counts(totals["precisions"]["b"]), ""])
     sections: list[Any] = [
-        f"A: {printable(diff['a']['layer_info'])} ({diff['a']['precision']})\nB: {printable(diff['b']['layer_info'])} ({diff['b']['precision']})\njoined by {diff['join']}\n",
+        f"A: {printable(diff['a']['layer_info'], one_line=True)} ({diff['a']['precision']})\nB: {printable(diff['b']['layer_info'], one_line=True)} ({diff['b']['precision']})\njoined by {diff['join']}\n",
         rich_table("Totals", ["", "A", "B", "delta"], rows, ("delta",)),
     ]
     if diff["findings"]:
