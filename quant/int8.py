@@ -48,7 +48,8 @@ def quantize_int8(
     from pipeline.core.onnxfile import load_onnx
     from quant import silence_lief_leak_report
     from quant.lint import lint_model
-    from quant.presets import apply_preset, attention_state, plan_preset, resolve_preset
+    from quant.patterns import attention_state
+    from quant.presets import apply_preset, plan_preset, resolve_preset
     from quant.ptq import run_modelopt
 
     silence_lief_leak_report()

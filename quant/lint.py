@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from quant.patterns import attention_scores
 from quant.presets import (
     CONV_OPS,
     FAMILY_PRESET,
@@ -40,7 +41,6 @@ from quant.presets import (
     PRESETS,
     PlacementRules,
     QdqGraph,
-    attention_scores,
     model_family,
 )
 

@@ -17,7 +17,7 @@ from pipeline.core.profiles import load_profile
 from pipeline.core.verify import OnnxSession, run_onnx
 from pipeline.export import export_model, flatten_outputs
 from quant.lint import RULES, lint_model
-from quant.presets import attention_mask_adds, attention_shapes
+from quant.patterns import attention_mask_adds, attention_shapes
 
 pytest.importorskip("transformers")
 import torch  # noqa: E402

@@ -18,7 +18,8 @@ from pipeline.optimize import optimize_file
 from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
 from quant.int8 import quantize_int8
 from quant.lint import lint_model
-from quant.presets import PRESETS, attention_state, plan_preset
+from quant.patterns import attention_state
+from quant.presets import PRESETS, plan_preset
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +347,7 @@ def _attention_graph(nan_guard: bool):
 
 @pytest.mark.parametrize("nan_guard", [False, True])
 def test_attention_matmuls_are_found_behind_sdpas_nan_guard(nan_guard):
-    from quant.presets import attention_matmuls
+    from quant.patterns import attention_matmuls
 
     assert attention_matmuls(_attention_graph(nan_guard)) == ["context_matmul", "scores_matmul"]
 
@@ -372,7 +373,7 @@ def test_a_written_out_rms_norm_is_found_whole():
     and nothing of the MatMul that reads it."""
     from onnx import TensorProto, helper
 
-    from quant.presets import rms_norm_nodes
+    from quant.patterns import rms_norm_nodes
 
     nodes = [helper.make_node("Pow", ["x", "two"], ["sq"], name="pow"), helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], name="mean"),
              helper.make_node("Add", ["ms", "eps"], ["ms_eps"], name="add_eps"), helper.make_node("Sqrt", ["ms_eps"], ["rms"], name="sqrt"),
@@ -391,7 +392,8 @@ def test_a_causal_mask_built_from_positions_makes_a_decoder():
     position over two Ranges, says what it is; one Range compared with a constant is no causal mask."""
     from onnx import TensorProto, helper
 
-    from quant.presets import builds_causal_mask, model_family
+    from quant.patterns import builds_causal_mask
+    from quant.presets import model_family
 
     def graph(second: str):
         nodes = [helper.make_node("Range", ["zero", "n", "one"], ["q"]), helper.make_node("Range", ["zero", "n", "one"], ["k"]),

@@ -1,0 +1,157 @@
+"""What the presets and the lint recognize in a graph, on the core graph index: attention (the score
+MatMul before a Softmax, its shapes, the mask Add, the context MatMuls after it, whether they are
+quantized), a written-out RMSNorm, and the causal mask a decoder without its cache builds.
+"""
+
+from __future__ import annotations
+
+from pipeline.core.graph import GraphIndex
+
+CAUSAL_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+
+
+def builds_causal_mask(model, hops: int = 6) -> bool:
+    """Whether the graph compares two position ranges (`key position <= query position`): how the
+    exporters write a Hugging Face decoder's causal mask when the model has no KV cache inputs."""
+    graph = GraphIndex.of(model)
+
+    def from_range(name: str) -> bool:
+        frontier = [name]
+        for _ in range(hops):
+            nodes = [graph.producer(n) for n in frontier if n in graph.producers]
+            if any(n.op_type == "Range" for n in nodes):
+                return True
+            frontier = [i for n in nodes if n.op_type in ("Unsqueeze", "Reshape", "Cast", "Add", "Sub", "Expand", "Slice") for i in n.input[:1]]
+        return False
+
+    return any(n.op_type in CAUSAL_COMPARISONS and len(n.input) == 2 and all(from_range(i) for i in n.input) for n in graph.nodes)
+
+
+def attention_mask_adds(model) -> list[str]:
+    """Names of the Adds that add a mask to attention scores: their output feeds a Softmax
+    (not residuals: the "skip" side is a mask of 0 and large negative values)."""
+    return mask_adds(GraphIndex.of(model))
+
+
+def mask_adds(graph: GraphIndex) -> list[str]:
+    """`attention_mask_adds` on an index."""
+    return [n.name for n in graph.nodes if n.op_type == "Add" and any(c.op_type == "Softmax" for c in graph.consumers(n.output[0]))]
+
+
+def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
+    """(MatMul name, head size, sequence length) of each attention score MatMul (its output reaches a Softmax)."""
+    return [(node.name, head, sequence) for node, head, sequence in attention_scores(model, GraphIndex.of(model))]
+
+
+def attention_scores(model, graph: GraphIndex) -> list[tuple[object, int | None, int | None]]:
+    """`attention_shapes` with the MatMul nodes themselves."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+              for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    found = []
+    for softmax in (n for n in graph.nodes if n.op_type == "Softmax"):
+        node = graph.producer(softmax.input[0])
+        while node is not None and node.op_type in ("Add", "Where", "Div", "Mul", "Sub"):
+            node = graph.producer(node.input[0])
+        if node is None or node.op_type != "MatMul":
+            continue
+        query = shapes.get(node.input[0]) or []
+        scores = shapes.get(node.output[0]) or []
+        found.append((node, query[-1] if query else None, scores[-1] if scores else None))
+    return found
+
+
+WEIGHT_ELEMENTS = 1024  # larger initializers are weights: shape inference needs their shape, not their values
+
+
+def _without_weights(model):
+    """A copy of `model` whose large initializers keep their type and shape but not their data:
+    shape inference then costs milliseconds instead of serializing every weight."""
+    import math
+
+    import onnx
+
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for tensor in light.graph.initializer:
+        if math.prod(tensor.dims) > WEIGHT_ELEMENTS:
+            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                tensor.ClearField(data)
+    return light
+
+
+def attention_state(model) -> str:
+    """Whether the attention MatMuls (score and context) of a Q/DQ model are "int8", "float" or "mixed"."""
+    graph = GraphIndex.of(model)
+
+    def quantized(tensor: str) -> bool:
+        return graph.op(tensor) == "DequantizeLinear"
+
+    states = set()
+    for scores, _, _ in attention_scores(model, graph):
+        states.add(all(quantized(i) for i in scores.input) or (any(quantized(i) for i in scores.input) and "mixed"))
+        softmax = next((n for n in graph.nodes if n.op_type == "Softmax" and _reaches(graph, scores, n)), None)
+        for context in _matmuls_after(graph, softmax) if softmax else []:
+            states.add(all(quantized(i) for i in context.input) or (any(quantized(i) for i in context.input) and "mixed"))
+    if "mixed" in states or (True in states and False in states):
+        return "mixed"
+    return "int8" if states == {True} else "float"
+
+
+def attention_matmuls(model) -> list[str]:
+    """Names of the attention MatMuls: each score MatMul (Q x K^T, reaching a Softmax) and the context
+    MatMuls reading that Softmax (probabilities x V)."""
+    graph = GraphIndex.of(model)
+    found = []
+    for scores, _, _ in attention_scores(model, graph):
+        found.append(scores.name)
+        softmax = next((n for n in graph.nodes if n.op_type == "Softmax" and _reaches(graph, scores, n)), None)
+        found += [context.name for context in (_matmuls_after(graph, softmax) if softmax else [])]
+    return sorted(set(found))
+
+
+def rms_norm_nodes(model) -> list[str]:
+    """Names of the nodes of each written-out RMSNorm, `x * 1/sqrt(mean(x^2) + eps) [* weight]`: the square
+    (Pow(x, 2) or Mul(x, x)), the mean, the Add/Sqrt/Reciprocal/Div chain and the Mul (or Div) that
+    normalizes x. ModelOpt quantizes the per-row factor 1/sqrt(...) feeding that Mul, whose range
+    spans orders of magnitude (1/sqrt(eps) for a zero row)."""
+    graph = GraphIndex.of(model)
+    found: list[str] = []
+    for mean in (n for n in graph.nodes if n.op_type == "ReduceMean"):
+        square = graph.producer(mean.input[0])
+        if square is None or not (square.op_type == "Pow" or (square.op_type == "Mul" and square.input[0] == square.input[1])):
+            continue
+        x, chain, frontier, normalized = square.input[0], [square.name, mean.name], [mean], []
+        for _ in range(4):
+            following = [c for n in frontier for o in n.output for c in graph.consumers(o)]
+            normalized += [c.name for c in following if c.op_type in ("Mul", "Div") and x in c.input]
+            frontier = [c for c in following if c.op_type in ("Add", "Sqrt", "Reciprocal", "Div") and x not in c.input]
+            chain += [c.name for c in frontier]
+        if normalized:
+            found += chain + normalized
+    return sorted(set(found))
+
+
+def _reaches(graph: GraphIndex, start, target, hops: int = 4) -> bool:
+    frontier = [start]
+    for _ in range(hops):
+        frontier = [c for n in frontier for o in n.output for c in graph.consumers(o)]
+        if target in frontier:
+            return True
+    return False
+
+
+# between a Softmax and its context MatMul: Q/DQ, casts, and the NaN guard of torch's SDPA export
+# (Where(IsNaN(p), 0, p), written for fully masked rows)
+SOFTMAX_PASS_THROUGH = ("QuantizeLinear", "DequantizeLinear", "Cast", "IsNaN", "Where", "Dropout", "Identity")
+
+
+def _matmuls_after(graph: GraphIndex, softmax, hops: int = 4) -> list:
+    found, frontier = [], [softmax]
+    for _ in range(hops):
+        frontier = [c for n in frontier for o in n.output for c in graph.consumers(o)]
+        found += [n for n in frontier if n.op_type == "MatMul" and n not in found]
+        frontier = [n for n in frontier if n.op_type in SOFTMAX_PASS_THROUGH]
+    return found
