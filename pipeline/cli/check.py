@@ -91,28 +91,20 @@ def compare(
     import json
 
     from pipeline.core.fileio import check_outputs
+    from pipeline.diagnose.render import aligned_output, node_errors_text, torch_text
 
     if fmt not in ("text", "json", "html"):
         raise PipelineError(f"--format {fmt!r}: use text, json or html")
     if torch_model and fmt == "html":
         raise PipelineError("--format html shows two aligned executions: use text or json with --torch")
+    is_json = fmt == "json"
     if exporters:
         if reference is not None or torch_model:
             raise PipelineError("compare --exporters makes its two models from --profile: give no ONNX file and no --torch")
         if profile is None:
             raise PipelineError("compare --exporters needs --profile NAME: the model to export with both exporters")
         check_outputs([output], [inputs])
-        result = _compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance)
-        if fmt == "json":
-            from pipeline.diagnose.render import alignment_json
-
-            emit(alignment_json(result), output, is_json=True)
-        elif fmt == "html":
-            from pipeline.diagnose.render import alignment_html
-
-            emit(alignment_html(result["alignment"]), output)
-        else:
-            emit(_exporters_text(result, show_all), output)
+        emit(aligned_output(_compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance), fmt, show_all), output, is_json=is_json)
         return
     if reference is None:
         raise PipelineError("compare: give two ONNX files (A, the reference, then B), one with --torch, or --exporters --profile NAME")
@@ -121,10 +113,7 @@ def compare(
             raise PipelineError(f"compare --torch takes one ONNX file (the torch model comes from --profile); drop {candidate}")
         check_outputs([output], [reference, inputs])
         result = _compare_torch(reference, profile or DEFAULT_PROFILE, inputs, dump)
-        if fmt == "json":
-            emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
-        else:
-            emit(_torch_table(result), output)
+        emit(json.dumps(result, indent=2) + "\n" if is_json else torch_text(result), output, is_json=is_json)
         return
     if candidate is None:
         raise PipelineError("compare: give two ONNX files (A, the reference, then B), or one with --torch")
@@ -134,32 +123,11 @@ def compare(
         raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
     check_outputs([output], [reference, candidate, inputs])
     if align or show_all or nodes or fmt == "html" or not _same_graph(reference, candidate):
-        from pipeline.diagnose.render import alignment_json, alignment_text
-
         aligned = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
-        if fmt == "json":
-            emit(alignment_json(aligned), output, is_json=True)
-        elif fmt == "html":
-            from pipeline.diagnose.render import alignment_html
-
-            emit(alignment_html(aligned), output)
-        else:
-            emit(alignment_text(aligned, show_all), output)
+        emit(aligned_output(aligned, fmt, show_all), output, is_json=is_json)
         return
     result = _compare_onnx(reference, candidate, inputs, profile, samples)
-    if fmt == "json":
-        emit(json.dumps(result, indent=2) + "\n", output, is_json=True)
-        return
-    rows = result["nodes"][:top]
-    wheres = [f"{row['node']} -> {row['qdq']}" if row["qdq"] else row["node"] for row in rows]
-    width = max([len("node (-> the Q/DQ on its output)"), *map(len, wheres)])
-    module_width = max([len("module"), *(len(row["module"]) for row in rows)])
-    lines = [f"A {reference} vs B {candidate}: {result['compared_tensors']} tensors compared on {result['feeds']} sample{'s' if result['feeds'] != 1 else ''}",
-             "output error (max |B-A| / max |A|): " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in result["outputs"].items()),
-             f"{'node (-> the Q/DQ on its output)':<{width}}  {'module':<{module_width}}  {'op':<20} {'input err':>10} {'output err':>10} {'growth':>10}"]
-    for where, row in zip(wheres, rows):
-        lines.append(f"{where:<{width}}  {row['module'] or '-':<{module_width}}  {row['op_type']:<20} {row['input_error']:>10.3g} {row['error']:>10.3g} {row['growth']:>10.3g}")
-    emit("\n".join(lines) + "\n", output)
+    emit(json.dumps(result, indent=2) + "\n" if is_json else node_errors_text(result, top), output, is_json=is_json)
 
 
 def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> dict:
@@ -259,27 +227,6 @@ def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
     return feeds
 
 
-def _exporters_text(result: dict, show_all: bool) -> str:
-    from pipeline.diagnose.render import alignment_text
-
-    lines = []
-    for exporter, side in result["torch"].items():
-        first = side["first_diverging"]
-        worst = side["worst_module"]
-        lines.append(f"torch vs {exporter} ({side['nodes']} nodes): outputs max_abs_diff {side['outputs_max_abs_diff']:.3g}; "
-                     f"{side['mapped']} of {side['modules']} modules mapped, "
-                     + (f"first over the tolerance {side['tolerance']:g}: {first['module']} ({first['kind']}, {first['max_abs_diff']:.3g})" if first
-                        else f"none over the tolerance {side['tolerance']:g}")
-                     + (f"; largest: {worst['module']} {worst['max_abs_diff']:.3g}" if worst else ""))
-    closer = result["closer_to_torch"]
-    other = {"dynamo": "torchscript", "torchscript": "dynamo"}
-    divergence = result["alignment"]["first_divergence"]
-    where = (f"the {other[closer]} export parts from it at row {divergence['row']} (module {divergence['b' if closer == 'dynamo' else 'a']['module'] or '-'})"
-             if closer and divergence else "the two exports agree on every paired result")
-    lines.append(f"closer to torch: {closer} export; {where}" if closer else f"both exports are as close to torch; {where}")
-    return "\n".join(lines) + "\n" + alignment_text(result["alignment"], show_all)
-
-
 def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> dict:
     import tempfile
 
@@ -299,47 +246,3 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
         written = dump_modules(captures, dump)
         console.print(f"wrote {len(written)} module dumps to {dump}", highlight=False, markup=False)
     return result
-
-
-def _torch_table(result: dict) -> str:
-    rows = result["rows"]
-    width = max([len("module"), *(len(r["module"]) for r in rows)])
-    kind_width = max([len("class"), *(len(r["kind"]) for r in rows)])
-    first = result["first_diverging"]
-    lines = [f"torch ({result['profile']}) vs {result['onnx']}: {result['mapped']} of {result['modules']} modules mapped to an ONNX tensor; "
-             f"tolerance {result['tolerance']:g} (max |onnx - torch|)",
-             f"first diverging module: {first['module']} ({first['kind']}, max_abs_diff {first['max_abs_diff']:.3g})" if first
-             else "no mapped module exceeds the tolerance",
-             f"{'module':<{width}}  {'class':<{kind_width}}  {'max abs':>9} {'relative':>9}  tensor / note"]
-    for r in _fold_submodules(rows):
-        if isinstance(r, list):
-            notes = "; ".join(dict.fromkeys(child["note"] for child in r[1:]))
-            lines.append(f"{r[0] + '.*':<{width}}  {f'{len(r) - 1} modules':<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {notes}")
-            continue
-        mark = " <- over tolerance" if r["max_abs_diff"] is not None and not r["max_abs_diff"] <= result["tolerance"] else ""
-        if r["tensor"] is None:
-            lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {'-':>9} {'-':>9}  not mapped: {r['note']}")
-        else:
-            relative = f"{r['relative']:9.2e}" if r["relative"] is not None else f"{'-':>9}"
-            note = f" ({r['note']})" if r["note"] else ""
-            lines.append(f"{r['module']:<{width}}  {r['kind']:<{kind_width}}  {r['max_abs_diff']:9.2e} {relative}  {r['tensor']}{note}{mark}")
-    return "\n".join(lines) + "\n"
-
-
-def _fold_submodules(rows: list[dict]) -> list:
-    """Rows, with the unmapped submodules of each mapped module (e.g. one exported as an ONNX function) as one
-    entry [that module, its unmapped submodules' rows...], where the first of them was."""
-    mapped = {r["module"] for r in rows if r["tensor"] is not None}
-    folded: list = []
-    groups: dict[str, list] = {}
-    for r in rows:
-        parts = r["module"].split(".")
-        owner = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in mapped), None) if r["tensor"] is None else None
-        if owner is None:
-            folded.append(r)
-            continue
-        if owner not in groups:
-            groups[owner] = [owner]
-            folded.append(groups[owner])
-        groups[owner].append(r)
-    return folded
