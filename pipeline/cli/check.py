@@ -133,16 +133,9 @@ def compare(
 def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> dict:
     import tempfile
 
-    from pipeline.core.samples import load_npz, model_inputs, split, synthetic
     from pipeline.diagnose.compare import compare_models
 
-    if inputs is not None:
-        feeds = split(load_npz(inputs, model_inputs(reference)), 1)
-    else:
-        from pipeline.core.profiles import load_profile
-
-        loaded = load_profile(profile)
-        feeds = split(synthetic(loaded, samples, seed=30_000), loaded.shape(loaded.inputs[0])[0])
+    feeds = _samples(reference, inputs, profile, samples)
     with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every tensor exposed"):
         return compare_models(reference, candidate, feeds, Path(workdir))
 
@@ -155,15 +148,16 @@ def _same_graph(reference: Path, candidate: Path) -> bool:
     return shared >= MIN_JOINED * total
 
 
-def _one_sample(reference: Path, inputs: Optional[Path], profile: Optional[str]) -> dict:
+def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], count: int) -> list[dict]:
+    """Feed sets of one sample each: every row of --inputs, or `count` synthetic samples of --profile."""
     from pipeline.core.samples import load_npz, model_inputs, split, synthetic
 
     if inputs is not None:
-        return split(load_npz(inputs, model_inputs(reference)), 1)[0]
+        return split(load_npz(inputs, model_inputs(reference)), 1)
     from pipeline.core.profiles import load_profile
 
     loaded = load_profile(profile)
-    return split(synthetic(loaded, 1, seed=30_000), loaded.shape(loaded.inputs[0])[0])[0]
+    return split(synthetic(loaded, count, seed=30_000), loaded.shape(loaded.inputs[0])[0])
 
 
 def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
@@ -178,7 +172,7 @@ def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profil
             re.compile(nodes)
         except re.error as err:
             raise PipelineError(f"--nodes {nodes!r}: not a regular expression ({err}); e.g. --nodes 'layers\\.0\\.'") from err
-    feeds = _one_sample(reference, inputs, profile)
+    feeds = _samples(reference, inputs, profile, 1)[0]
     with tempfile.TemporaryDirectory() as workdir, console.status("running both models with every result kept, then aligning them"):
         return align_models(reference, candidate, feeds, Path(workdir), nodes, max_trace_mb, tolerance)
 

@@ -29,25 +29,18 @@ def tensor_types(model, feeds: dict[str, np.ndarray] | None = None) -> dict[str,
     shapes with values propagated. Inference is best effort: onnxruntime has the last word."""
     import onnx
 
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False) if feeds is None else _concrete(model, feeds)
-    return {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
-
-
-def _concrete(model, feeds: dict[str, np.ndarray]):
-    """A copy of the model whose inputs have the feeds' shapes, shapes inferred through it."""
-    import onnx
-
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    for graph_input in model.graph.input:
-        if graph_input.name in feeds and graph_input.type.HasField("tensor_type"):
-            dims = graph_input.type.tensor_type.shape.dim
-            for dim, size in zip(dims, feeds[graph_input.name].shape):
-                dim.Clear()
-                dim.dim_value = size
+    if feeds is not None:  # a copy whose inputs have the feeds' shapes
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        for graph_input in model.graph.input:
+            if graph_input.name in feeds and graph_input.type.HasField("tensor_type"):
+                for dim, size in zip(graph_input.type.tensor_type.shape.dim, feeds[graph_input.name].shape):
+                    dim.Clear()
+                    dim.dim_value = size
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:  # inference is best effort: onnxruntime has the last word
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=feeds is not None)
+    except Exception:  # best effort: without propagating values (the same error again without feeds)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    return {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
 
 
 class Exposed:
