@@ -5,5 +5,5 @@ compare.py: two precisions of one graph, tensor by tensor (joined by name), and 
 comparison's result; trace.py: everything one onnxruntime run computes, in execution order;
 align.py: two traces aligned; divergence.py: an ONNX model against its torch model, module by
 module; exposed.py: running a model with every node result exposed (what all of them run);
-render.py: the aligned result as text, JSON and HTML (templates/).
+render.py: their results as text, JSON and HTML (templates/).
 """
