@@ -89,12 +89,8 @@ def attention_state(model) -> str:
     def quantized(tensor: str) -> bool:
         return graph.op(tensor) == "DequantizeLinear"
 
-    states = set()
-    for scores, _, _ in attention_scores(model, graph):
-        states.add(all(quantized(i) for i in scores.input) or (any(quantized(i) for i in scores.input) and "mixed"))
-        softmax = next((n for n in graph.nodes if n.op_type == "Softmax" and _reaches(graph, scores, n)), None)
-        for context in _matmuls_after(graph, softmax) if softmax else []:
-            states.add(all(quantized(i) for i in context.input) or (any(quantized(i) for i in context.input) and "mixed"))
+    states = {all(quantized(i) for i in matmul.input) or (any(quantized(i) for i in matmul.input) and "mixed")
+              for matmul in _attention_matmul_nodes(model, graph)}
     if "mixed" in states or (True in states and False in states):
         return "mixed"
     return "int8" if states == {True} else "float"
@@ -103,13 +99,15 @@ def attention_state(model) -> str:
 def attention_matmuls(model) -> list[str]:
     """Names of the attention MatMuls: each score MatMul (Q x K^T, reaching a Softmax) and the context
     MatMuls reading that Softmax (probabilities x V)."""
-    graph = GraphIndex.of(model)
+    return sorted({matmul.name for matmul in _attention_matmul_nodes(model, GraphIndex.of(model))})
+
+
+def _attention_matmul_nodes(model, graph: GraphIndex) -> list:
     found = []
     for scores, _, _ in attention_scores(model, graph):
-        found.append(scores.name)
         softmax = next((n for n in graph.nodes if n.op_type == "Softmax" and _reaches(graph, scores, n)), None)
-        found += [context.name for context in (_matmuls_after(graph, softmax) if softmax else [])]
-    return sorted(set(found))
+        found += [scores, *(_matmuls_after(graph, softmax) if softmax else [])]
+    return found
 
 
 def rms_norm_nodes(model) -> list[str]:
