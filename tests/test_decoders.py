@@ -162,7 +162,7 @@ def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_aske
     (tmp_path / "qwen2.toml").write_text(starter_profile("qwen2", "causal-lm", "qwen2", tmp_path))
     profile = load_profile(str(tmp_path / "qwen2.toml"))
     assert profile.export.cache == "with-past" and profile.model.hf_config["hidden_size"] == 64
-    assert "# A small config written by init" in (tmp_path / "qwen2.toml").read_text()
+    assert "a small config written by init, not the model's default sizes" in (tmp_path / "qwen2.toml").read_text()
     assert [s.shape for s in profile.inputs if s.name.startswith("past_key_values")] == [["batch", 2, "past_seq", 16]] * 4
     assert profile.dims["past_seq"].min == 0
     phi3 = starter_profile("phi3", "causal-lm", "phi3", tmp_path)  # its default pad and eos ids (32000) are outside the small vocabulary

@@ -47,8 +47,13 @@ def test_wrong_top_level_type(tmp_path, top):
 
 
 def test_binary_not_utf8_empty_missing(tmp_path):
-    with pytest.raises(LayerInfoParseError, match=r"binary file: byte 4: a NUL byte"):
+    with pytest.raises(InputError, match=r"model.engine: a serialized engine, not TensorRT layer information as text: export its layer "
+                                         r"information, e.g. trtexec --loadEngine="):
         parse_layer_info(write(tmp_path, b"ftrt\x00\x01\x02engine bytes", "model.engine"))
+    with pytest.raises(InputError, match=r"binary file: byte 4: a NUL byte"):
+        parse_layer_info(write(tmp_path, b"ftrt\x00\x01\x02engine bytes", "blob.bin"))
+    with pytest.raises(InputError, match=r"model.onnx: an ONNX model, not TensorRT layer information: TensorRT writes that when it builds"):
+        parse_layer_info(write(tmp_path, b"\x08\x08\x12\x00pytorch", "model.onnx"))
     with pytest.raises(LayerInfoParseError, match="not UTF-8"):
         parse_layer_info(write(tmp_path, b'{"Layers": ["\xff\xfe"]}'))
     with pytest.raises(LayerInfoParseError, match="empty file: byte 0: the file is empty"):
