@@ -45,10 +45,10 @@ def direct(folder: Path) -> float:
     from transformers import DynamicCache
 
     from pipeline.core.profiles import load_profile
-    from pipeline.export import _default_example, build_module
+    from pipeline.models.module import build_module, default_example
 
     module, _, _, profile = build_module(load_profile(PROFILE))
-    model, example = module, _default_example(profile)  # called through its class forward: the stage's binding is not used
+    model, example = module, default_example(profile)  # called through its class forward: the stage's binding is not used
     config, layers = model.config, model.config.num_hidden_layers
 
     class WithPast(torch.nn.Module):

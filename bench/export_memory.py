@@ -47,7 +47,8 @@ import json, resource, sys
 import onnx, onnxruntime, torch, transformers
 from pathlib import Path
 from pipeline.core.profiles import load_profile
-from pipeline.export import build_module, export_model
+from pipeline.export import export_model
+from pipeline.models.module import build_module
 
 def rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

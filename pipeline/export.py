@@ -9,8 +9,6 @@ ONNX graph's output names with either exporter. torch is imported here only, at 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import inspect
 import logging
 import re
@@ -22,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed, first_line
+from pipeline.core.errors import InputError, PipelineError, StageFailed
 from pipeline.core.fileio import atomic_path
-from pipeline.core.modelsource import find_spec, importable_from
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
 from pipeline.core.verify import OnnxSession
+from pipeline.models.module import build_module, flatten_outputs
 
 Status = Callable[[str], None]
 
@@ -185,114 +183,6 @@ def _stamp_function_calls(onnx_path: Path, module: Any, example: tuple, classes:
     onnx.save(model, str(onnx_path))
 
 
-def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
-    """The profile's torch model in eval mode, its example inputs, dynamic shapes (or None), and the
-    profile its export uses: a Hugging Face model (or a factory's, without example inputs) has its
-    forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py)."""
-    from pipeline.core.generation import prompts
-    from pipeline.models.decoder import generates, is_pretrained, prepare
-
-    module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
-    if example is None and is_pretrained(module):
-        module, profile = prepare(module, profile)
-        if generates(module):
-            prompts(profile)  # the generation check fits the profile's dims: said before the export, not after
-    return module, example if example is not None else _default_example(profile), dynamic_shapes, profile
-
-
-def _build_model(profile: Profile) -> tuple[Any, tuple, Any]:
-    """Call the factory: it returns a module, or (module, example_inputs[, dynamic_shapes])."""
-    import torch
-
-    module_name, function_name = profile.model.factory.split(":")
-    where = f"{profile.source}: model.factory {profile.model.factory!r}"
-    with importable_from(profile.folder):
-        if find_spec(module_name, profile) is None:
-            raise ProfileError(f"{where}: module {module_name!r} is not importable from {profile.folder} "
-                               "or the installed packages; install it or fix the name")
-        try:
-            factory = getattr(importlib.import_module(module_name), function_name, None)
-        except SyntaxError as err:
-            raise ProfileError(f"{where}: {err.filename}:{err.lineno}: syntax error ({err.msg}); fix the module") from err
-        except Exception as err:  # the module's own top-level code failed
-            raise ProfileError(f"{where}: importing {module_name} raised {type(err).__name__}: {first_line(err)}; fix the module (--debug shows the traceback)") from err
-    if not callable(factory):
-        raise ProfileError(f"{where}: {module_name} has no function {function_name!r}")
-    try:
-        inspect.signature(factory).bind(**profile.model.kwargs)
-    except TypeError as err:
-        raise ProfileError(f"{profile.source}: model.kwargs {sorted(profile.model.kwargs)} do not fit {function_name}{_signature(factory)}: {err}") from err
-    torch.manual_seed(profile.model.seed)
-    try:
-        made = factory(**profile.model.kwargs)
-    except Exception as err:  # the user's code: any exception is theirs to fix, told in one line
-        raise ProfileError(f"{where} raised {type(err).__name__}: {first_line(err)}; fix the factory (--debug shows the traceback)") from err
-    if isinstance(made, torch.nn.Module):
-        made = (made,)
-    if not (isinstance(made, (tuple, list)) and 1 <= len(made) <= 3 and isinstance(made[0], torch.nn.Module)):
-        raise ProfileError(
-            f"{profile.source}: {profile.model.factory} returned {type(made).__name__}, "
-            "expected a torch.nn.Module or (module, example_inputs[, dynamic_shapes])"
-        )
-    module, example, dynamic_shapes = (*made, None, None)[:3]
-    if example is not None and len(example) != len(profile.inputs):
-        raise ProfileError(f"{profile.source}: {profile.model.factory} gives {len(example)} example inputs, the profile declares {len(profile.inputs)}")
-    return module.eval(), tuple(example) if example is not None else None, dynamic_shapes
-
-
-def _build_hf(profile: Profile) -> tuple[Any, None, None]:
-    """The profile's Hugging Face model (hf / hf_config, task), seeded; example inputs come from the profile."""
-    import torch
-
-    from pipeline.models.hf import load_hf_model
-
-    torch.manual_seed(profile.model.seed)
-    return load_hf_model(profile), None, None
-
-
-def _default_example(profile: Profile) -> tuple:
-    import torch
-
-    return tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=_export_sizes(profile)).values())
-
-
-def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tuple[str, Any]]:
-    """A model's outputs as (name, tensor) pairs, in a fixed order.
-
-    A tensor alone is "output"; a ModelOutput or dict gives its keys in order, None values
-    skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
-    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0);
-    a transformers KV cache gives present.{i}.key / present.{i}.value.
-    """
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return [(prefix or "output", output)]
-    if _is_cache(output):  # a transformers Cache: one key and one value tensor per layer, named as Optimum does
-        return [(f"present.{i}.{kind}", getattr(layer, f"{kind}s")) for i, layer in enumerate(output.layers) for kind in ("key", "value")]
-    if isinstance(output, Mapping):
-        items = [(str(k), v) for k, v in output.items() if v is not None]
-    elif isinstance(output, (tuple, list)):
-        items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(output) if v is not None]
-    else:
-        raise InputError(f"{profile.source}: the model's output {prefix or 'value'!r} is a {type(output).__name__}, not a tensor; "
-                         "return tensors (or a KV cache, ModelOutput, dict, tuple or list of them)")
-    flat = [pair for key, value in items for pair in flatten_outputs(value, profile, f"{prefix}_{key}" if prefix else key)]
-    if not flat:
-        raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
-    return flat
-
-
-def _is_cache(output: Any) -> bool:
-    """A transformers KV cache whose layers each hold one key and one value tensor."""
-    import torch
-
-    layers = getattr(output, "layers", None)
-    return (isinstance(layers, list) and bool(layers) and type(output).__module__.startswith("transformers")
-            and all(isinstance(getattr(layer, "keys", None), torch.Tensor) and isinstance(getattr(layer, "values", None), torch.Tensor)
-                    for layer in layers))
-
-
 @contextlib.contextmanager
 def _flat_forward(module: Any, profile: Profile) -> Iterator[None]:
     """While exporting, `module.forward` returns the tuple of its flattened outputs, which the
@@ -312,11 +202,6 @@ def _flat_forward(module: Any, profile: Profile) -> Iterator[None]:
             module.forward = own
 
 
-def _export_sizes(profile: Profile) -> dict[str, int]:
-    """Sizes to trace with: opt, but never 1 for a dynamic dim (torch.export would specialize it)."""
-    return {name: d.opt if d.min == d.max or d.opt > 1 else min(2, d.max) for name, d in profile.dims.items()}
-
-
 def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
     """Per input, in order (the forward's argument names need not match the profile's input names)."""
     import torch
@@ -333,7 +218,6 @@ def _dynamo_shapes(profile: Profile) -> tuple[dict[int, Any], ...] | None:
 def _varargs_shapes(shapes: Any, module: Any) -> tuple | None:
     """Per-input dynamic shapes (a tuple, or a dict by the module's forward argument names) for the
     `forward(*inputs)` that `_flat_forward` installs: one tuple holding them in order."""
-    import inspect
 
     if shapes is None:
         return None
@@ -485,13 +369,6 @@ def _summary(text: str) -> str:
     causes = re.findall(r"^<class '[\w.]+'>: (.+)$", text, flags=re.MULTILINE)
     lines = [line for line in text.splitlines() if line.strip()]
     return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")
-
-
-def _signature(function) -> str:
-    try:
-        return str(inspect.signature(function))
-    except (TypeError, ValueError):
-        return "(...)"
 
 
 def check_onnx_file(path: Path, profile: Profile) -> int:

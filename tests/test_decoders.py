@@ -71,7 +71,7 @@ def test_the_exported_cache_decodes_like_the_model_without_one(llama_export, fol
     import torch
 
     from pipeline.core.verify import OnnxSession
-    from pipeline.export import build_module
+    from pipeline.models.module import build_module
 
     raw = build_module(load_profile(str(folder / "llama.toml")))[0]
     ids = np.random.default_rng(0).integers(0, 1000, (2, 8))
@@ -201,7 +201,7 @@ def test_a_returned_cache_is_flattened_and_anything_else_refused_in_one_line():
     from transformers import DynamicCache, LlamaConfig
 
     from pipeline.core.errors import InputError
-    from pipeline.export import flatten_outputs
+    from pipeline.models.module import flatten_outputs
 
     config = LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2)
     cache = DynamicCache(ddp_cache_data=[(torch.zeros(1, 2, 3, 16), torch.ones(1, 2, 3, 16))] * 2, config=config)

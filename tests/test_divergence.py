@@ -117,7 +117,7 @@ def test_dump_round_trips_a_module(broken_bert, tmp_path):
     path, strict = broken_bert
     compare_torch(path, strict, "--dump", str(tmp_path / "dump"))
     module = load_profile(strict)
-    from pipeline.export import build_module
+    from pipeline.models.module import build_module
 
     model = build_module(module)[0]
     name = "encoder.layers.0.pos_ff.dense"

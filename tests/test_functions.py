@@ -81,7 +81,7 @@ def test_compare_torch_folds_the_modules_inside_each_function_into_one_line(expo
     "not mapped" (183 lines for bert-tiny); the text shows one line per function call instead (JSON keeps every row)."""
     from pipeline.diagnose.divergence import compare_to_torch
     from pipeline.diagnose.render import torch_text
-    from pipeline.export import build_module
+    from pipeline.models.module import build_module
 
     profile, _, functions = exports
     result, _ = compare_to_torch(profile, build_module(profile)[0], functions, make_inputs(profile, seed=30_000), tmp_path)

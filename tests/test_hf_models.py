@@ -15,7 +15,8 @@ from conftest import REPO, run_cli, write_profile
 from pipeline.core.errors import InputError, ProfileError
 from pipeline.core.profiles import load_profile
 from pipeline.core.verify import OnnxSession, run_onnx
-from pipeline.export import export_model, flatten_outputs
+from pipeline.export import export_model
+from pipeline.models.module import flatten_outputs
 from quant.lint import RULES, lint_model
 from quant.patterns import attention_mask_adds, attention_shapes
 

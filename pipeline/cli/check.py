@@ -183,7 +183,8 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
 
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import compare_to_torch
-    from pipeline.export import build_module, export_model
+    from pipeline.export import export_model
+    from pipeline.models.module import build_module
 
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
@@ -227,7 +228,7 @@ def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: 
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import compare_to_torch, dump_modules
-    from pipeline.export import build_module
+    from pipeline.models.module import build_module
 
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
