@@ -150,6 +150,7 @@ def _same_graph(reference: Path, candidate: Path) -> bool:
 
 def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], count: int) -> list[dict]:
     """Feed sets of one sample each: every row of --inputs, or `count` synthetic samples of --profile."""
+    from pipeline.core import seeds
     from pipeline.core.samples import load_npz, model_inputs, split, synthetic
 
     if inputs is not None:
@@ -157,7 +158,7 @@ def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], co
     from pipeline.core.profiles import load_profile
 
     loaded = load_profile(profile)
-    return split(synthetic(loaded, count, seed=30_000), loaded.shape(loaded.inputs[0])[0])
+    return split(synthetic(loaded, count, seed=seeds.COMPARE), loaded.shape(loaded.inputs[0])[0])
 
 
 def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
@@ -211,10 +212,11 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
 
 
 def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
+    from pipeline.core import seeds
     from pipeline.core.samples import load_npz, make_inputs, model_inputs
 
     if inputs is None:
-        return make_inputs(loaded, seed=30_000)
+        return make_inputs(loaded, seed=seeds.COMPARE)
     data = load_npz(inputs, model_inputs(onnx_path))
     feeds = {spec.name: data[spec.name][:1] for spec in loaded.inputs if spec.name in data}
     if len(feeds) != len(loaded.inputs):
