@@ -1,7 +1,7 @@
 """A build's output folder, read through its manifest: each precision's model, engine, layer information and
 per-layer profile, as the stages recorded them. Only a stage that is usable (done, cached or skipped, not
-failed, interrupted or stale) gives its files: a failed INT8 stage's old model.int8.onnx is not INT8 of
-this build. `bench`, `diff` and the jobs cells find the files here."""
+failed, interrupted or stale) gives its files, and only those still as it wrote them (sha256): a failed
+INT8 stage's old model.int8.onnx, or one edited since, is not INT8 of this build. `bench`, `diff` and the jobs cells find the files here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline import precisions
 from pipeline.core.errors import InputError
+from pipeline.core.fileio import sha256_file
 from pipeline.core.manifest import USABLE, Manifest
 
 
@@ -33,9 +34,13 @@ def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
     manifest = Manifest.load_or_new(path, "")
 
     def output(stage: str, label: str) -> Path | None:
+        """The file, when its stage is usable and it is still what the stage wrote (sha256 as recorded)."""
         record = manifest.get(stage)
         found = manifest.output_path(stage, label) if record is not None and record.status in USABLE else None
-        return found if found is not None and found.is_file() else None
+        if found is None or not found.is_file():
+            return None
+        recorded = record.output_sha256.get(label)
+        return found if recorded is None or recorded == sha256_file(found) else None
 
     built = {}
     for p in precisions.PRECISIONS:

@@ -102,6 +102,12 @@ def test_bench_of_a_build_reads_its_profile_from_the_manifest(tmp_path):
         result = run_cli("bench", str(artifact), "--iterations", "3", "--warmup", "0", "-o", str(tmp_path / "b.json"))
         assert result.returncode == 0, result.stderr
     assert set(json.loads((tmp_path / "b.json").read_text())["models"]) == {"model.fp16"}
+    from pipeline.artifacts import read_build
+
+    assert read_build(tmp_path / "out")[1]["fp16"].onnx is not None
+    with open(tmp_path / "out" / "model.fp16.onnx", "ab") as edited:  # no longer what the stage wrote: not served
+        edited.write(b"\0")
+    assert "fp16" not in read_build(tmp_path / "out")[1]
 
 
 def test_bench_bad_inputs(tmp_path):
