@@ -33,13 +33,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
     """Run `cell` and write its record; a failure inside is recorded (status failed) and returned."""
     claim_store(out, matrix.name)
     started = time.monotonic()
-    record: dict[str, Any] = {
-        "schema": CELL_SCHEMA, "matrix": matrix.name, "id": cell.id, "index": cell.index, "label": cell.label,
-        "definition": cell.definition(), "status": "done", "reason": None, "docker": None,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "provenance": {**provenance.host(), "gpu_before": provenance.gpu_state(), "gpu_after": None},
-        "method": None, "latency": None, "repeats": [], "valid": None, "validity": [], "engine": None, "build": None,
-    }
+    record = _record(matrix, cell, provenance={**provenance.host(), "gpu_before": provenance.gpu_state(), "gpu_after": None})
     missing = _missing_capability(cell, record["provenance"]["gpu_before"])
     if missing:
         record.update(status="skipped", reason=missing, docker=_docker(matrix, cell, out))
@@ -57,11 +51,15 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
 
 def failed_record(matrix: Matrix, cell: Cell, reason: str, seconds: float) -> dict[str, Any]:
     """What the runner records for a cell whose process died before writing its own file."""
+    return _record(matrix, cell, status="failed", reason=reason, seconds=round(seconds, 3))
+
+
+def _record(matrix: Matrix, cell: Cell, **fields: Any) -> dict[str, Any]:
+    """A cell record, every field present (docs/jobs.md), `fields` set and the rest empty."""
     return {"schema": CELL_SCHEMA, "matrix": matrix.name, "id": cell.id, "index": cell.index, "label": cell.label,
-            "definition": cell.definition(), "status": "failed", "reason": reason, "docker": None,
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(seconds, 3),
-            "provenance": None, "method": None, "latency": None, "repeats": [], "valid": None, "validity": [],
-            "engine": None, "build": None}
+            "definition": cell.definition(), "status": "done", "reason": None, "docker": None,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": None, "provenance": None,
+            "method": None, "latency": None, "repeats": [], "valid": None, "validity": [], "engine": None, "build": None} | fields
 
 
 def _missing_capability(cell: Cell, gpu: dict[str, Any]) -> str | None:
