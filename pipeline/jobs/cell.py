@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline import precisions as registry
 from pipeline.artifacts import Built, read_build
-from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
+from pipeline.core.errors import CapabilityMissing, PipelineError
 from pipeline.core.fileio import write_json
 from pipeline.jobs import provenance
 from pipeline.jobs.plan import Cell
@@ -187,21 +187,16 @@ def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
 def _engine(folder: Path, built: Built) -> dict[str, Any]:
     """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py),
     and the build's own accuracy figures for it."""
-    import json
     from collections import Counter
 
     from pipeline.core.fileio import sha256_file
+    from pipeline.core.manifest import Manifest
     from trt.report import report_from_files
 
     precision, engine = built.precision.name, built.engine
     report = report_from_files(built.layers, onnx=built.onnx)
-    accuracy = None
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        stage = next((s for s in manifest["stages"] if s["name"] == "build"), {})
-        accuracy = stage.get("metrics", {}).get(precision, {}).get("accuracy")
-    except (OSError, ValueError, KeyError) as err:
-        raise InputError(f"{folder / 'manifest.json'}: unreadable ({err})") from err
+    stage = Manifest.load_or_new(folder / "manifest.json", "").get("build")  # read_build read it a moment ago
+    accuracy = stage.metrics.get(precision, {}).get("accuracy") if stage else None
     report_html = folder / f"{precision}.report.html"
     return {
         "sha256": sha256_file(engine), "path": str(engine),
