@@ -89,13 +89,7 @@ def nodes_from_metadata(metadata: str) -> list[str]:
 
     Split on the entry marker, so names holding `]` or `[` stay whole.
     """
-    names = []
-    for piece in metadata.split(_ONNX_ENTRY)[1:]:
-        piece = piece.rstrip(_ENTRY_TAIL)
-        piece = (piece[:-1] if piece.endswith("]") else piece).strip()
-        if piece:
-            names.append(piece)
-    return list(dict.fromkeys(names)) if len(names) > 1 else names
+    return unique(piece.rstrip(_ENTRY_TAIL).removesuffix("]") for piece in metadata.split(_ONNX_ENTRY)[1:])
 
 
 _FOREIGN_PREFIX, _FOREIGN_SUFFIX = "{ForeignNode[", "]}"

@@ -3,17 +3,13 @@
 - `op(c1, c2, ...) -> c` for constant inputs, evaluated with numpy exactly as ONNX defines
   the op; outputs above FOLD_LIMIT elements are folded only when their large constant inputs
   have no other user, so weights are never duplicated. QuantizeLinear / DequantizeLinear are
-  never folded: TensorRT needs a DQ between a weight and its layer.
-  A result above FOLD_LIMIT elements computed from inputs all below it (ConstantOfShape, Expand)
-  is not folded: it would grow the file.
+  never folded: TensorRT needs a DQ between a weight and its layer; nor is a large result of small
+  inputs (GROWS), nor a graph output (GRAPH_OUTPUT).
 - `Shape(x) -> c` and `Gather(Shape(x), i) -> c` where those dims of x are static.
 - `Reshape(x, Concat(Unsqueeze(Gather(Shape(x), i)), ..., c)) -> Reshape(x, [0, ..., c])`: a
   piece that copies dim i of x into position i becomes 0 ("copy from input", allowzero=0),
   so the shape subgraph disappears even with dynamic dims (TensorRT wants shape inputs as
   initializers: TensorRT's ONNX parser operator notes).
-
-No fold replaces a graph output (it would become an initializer in the output's place): the
-folds decline with "its output is a graph output".
 """
 
 from __future__ import annotations
