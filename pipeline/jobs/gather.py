@@ -67,13 +67,10 @@ def _speedups(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in done:
         key = (row["model"], row["shape"], row["backend"], row["builder"], row["gpu_name"])
         by_key.setdefault(key, {})[row["precision"]] = row["p50_ms"]
-    out = []
-    for (model, shape, backend, builder, gpu), p50 in by_key.items():
-        for faster, base in SPEEDUPS:
-            if faster in p50 and base in p50 and p50[faster]:
-                out.append({"model": model, "shape": shape, "backend": backend, "builder": builder, "gpu": gpu,
-                            "ratio": f"{faster}/{base}", "speedup": round(p50[base] / p50[faster], 3)})
-    return out
+    return [{"model": model, "shape": shape, "backend": backend, "builder": builder, "gpu": gpu,
+             "ratio": f"{faster}/{base}", "speedup": round(p50[base] / p50[faster], 3)}
+            for (model, shape, backend, builder, gpu), p50 in by_key.items() for faster, base in SPEEDUPS
+            if faster in p50 and base in p50 and p50[faster]]
 
 
 def compare(current: dict[str, Any], baseline: dict[str, Any], max_slowdown: float) -> list[dict[str, Any]]:
