@@ -128,6 +128,7 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
         return cell.profile
     import tomlkit
 
+    from pipeline.core.fileio import write_text
     from pipeline.core.profiles import load_profile
 
     profile = load_profile(cell.profile)
@@ -137,11 +138,8 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
         data["model"]["onnx"] = str(profile.onnx_path())
     if profile.model.hf is not None and (profile.folder / profile.model.hf).exists():
         data["model"]["hf"] = str((profile.folder / profile.model.hf).resolve())
-    folder.mkdir(parents=True, exist_ok=True)
     derived = folder / "profile.toml"
-    from pipeline.core.fileio import write_text
-
-    write_text(derived, tomlkit.dumps(data))
+    write_text(derived, tomlkit.dumps(data))  # atomic_path makes the folder
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(profile.folder), os.environ.get("PYTHONPATH")]))
     return str(derived)
 
