@@ -30,71 +30,42 @@ AUTOCAST_PLACEHOLDER_DIM = "unk"
 
 
 @dataclass(frozen=True)
-class Fp16Result:
+class AutocastResult:
     providers: list[str]
     nodes: int
     fp32_nodes_kept: int
     dims_repaired: int
     checked_shapes: list[dict[str, list[int]]]
-    session: OnnxSession  # the session that ran the checks: run further feeds through it, not a second one
+    session: OnnxSession | None  # the session that ran the checks (run further feeds through it, not a second one); None: unchecked
+    unchecked: str | None = None  # why the file was written without running it
 
 
 def convert_fp16(
     source: Path, target: Path, op_types_to_exclude: list[str], nodes_to_exclude: list[str], feed_sets: list[dict[str, np.ndarray]],
     reference_feeds: dict[str, np.ndarray] | None = None,
-) -> Fp16Result:
+) -> AutocastResult:
     """Convert `source` to mixed FP16 and write `target` only if it runs on every feed set. `reference_feeds`:
     the inputs AutoCast's FP32 reference run uses instead of its random ones (a decoder's attention
     mask must be past_seq + seq long, which random shapes never are)."""
-    import onnx
-
-    model, providers, repaired = _autocast(source, "fp16", op_types_to_exclude, nodes_to_exclude, reference_feeds)
-    with atomic_path(target) as tmp:
-        onnx.save(model, str(tmp))
-        session, checked = check_runs(tmp, feed_sets, "fp16")
-    return Fp16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session)
-
-
-
-
-@dataclass(frozen=True)
-class Bf16Result:
-    providers: list[str]
-    nodes: int
-    fp32_nodes_kept: int
-    dims_repaired: int
-    checked_shapes: list[dict[str, list[int]]]
-    session: OnnxSession | None  # None when no provider here has BF16 kernels (unchecked says why)
-    unchecked: str | None
+    return _convert(source, target, "fp16", op_types_to_exclude, nodes_to_exclude, feed_sets, reference_feeds, check=True)
 
 
 def convert_bf16(
     source: Path, target: Path, op_types_to_exclude: list[str], nodes_to_exclude: list[str], feed_sets: list[dict[str, np.ndarray]],
-) -> Bf16Result:
+) -> AutocastResult:
     """Convert `source` to mixed BF16 (AutoCast `low_precision_type="bf16"`) and write `target`.
 
     onnxruntime's CPU provider has no BF16 kernels for Conv, MatMul, Expand and most compute ops
     (1.24: "Could not find an implementation for Conv(22)"), so without a CUDA device the file is
     written unchecked and `unchecked` says why; with one it is checked like FP16."""
-    import onnx
-
     from pipeline.core.devices import cuda_device_present
 
-    model, providers, repaired = _autocast(source, "bf16", op_types_to_exclude, nodes_to_exclude)
-    with atomic_path(target) as tmp:
-        onnx.save(model, str(tmp))
-        if cuda_device_present():
-            session, checked = check_runs(tmp, feed_sets, "bf16")
-            unchecked = None
-        else:
-            session, checked = None, []
-            unchecked = "not run: onnxruntime's CPU provider has no BF16 kernels for Conv/MatMul (a CUDA device is needed to check it)"
-    return Bf16Result(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, unchecked)
+    return _convert(source, target, "bf16", op_types_to_exclude, nodes_to_exclude, feed_sets, None, check=cuda_device_present())
 
 
-def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str],
-              reference_feeds: dict[str, np.ndarray] | None = None):
-    """AutoCast's mixed-precision model of `source`, the providers it used, and the dims repaired."""
+def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str],
+             feed_sets: list[dict[str, np.ndarray]], reference_feeds: dict[str, np.ndarray] | None, check: bool) -> AutocastResult:
+    """AutoCast's mixed-precision model of `source` written to `target`, run on every feed set first when `check`."""
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
@@ -102,7 +73,6 @@ def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[s
     from quant import silence_lief_leak_report
 
     silence_lief_leak_report()
-
     providers = ["cuda", "cpu"] if cuda_device_present() else ["cpu"]
     logging.getLogger("modelopt").setLevel(logging.WARNING)
     try:
@@ -115,7 +85,14 @@ def _autocast(source: Path, low_precision_type: str, op_types_to_exclude: list[s
     except (ValueError, KeyError) as err:
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
-    return model, providers, repaired
+    session, checked, unchecked = None, [], None
+    with atomic_path(target) as tmp:
+        onnx.save(model, str(tmp))
+        if check:
+            session, checked = check_runs(tmp, feed_sets, low_precision_type)
+        else:
+            unchecked = "not run: onnxruntime's CPU provider has no BF16 kernels for Conv/MatMul (a CUDA device is needed to check it)"
+    return AutocastResult(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, unchecked)
 
 
 @contextlib.contextmanager

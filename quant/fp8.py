@@ -10,14 +10,14 @@ operator (Transpose) is invalid"). TensorRT builds FP8 only on GPUs of compute c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.core.errors import InputError
-from pipeline.core.fileio import atomic_path
-from quant.ptq import PtqResult, check_calibration, held_out_accuracy, opset_of, qdq_counts, run_modelopt
+from quant.ptq import PtqResult, check_calibration, opset_of, qdq_counts, run_modelopt, write_checked
 
 FP8_MIN_OPSET = 21
 
@@ -57,20 +57,10 @@ def quantize_fp8(
     model = run_modelopt(
         source, target, "fp8", quantize_mode="fp8", calibration_data_reader=calibration_reader(split(calibration, batch), on_step),
         calibration_method="max", high_precision_dtype=high_precision_dtype, op_types_to_quantize=plan.op_types_to_quantize,
-        disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=_exact(plan.nodes_to_exclude), opset=target_opset,
+        disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None, opset=target_opset,
     )
     removed = apply_preset(preset, model)
-    with atomic_path(target) as tmp:
-        import onnx
-
-        onnx.save(model, str(tmp))
-        figures = held_out_accuracy(tmp, reference if reference is not None else source, held_out, sum(len(next(iter(b.values()))) for b in held_out))
+    figures = write_checked(model, target, source, reference, held_out)
     notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)"]
     return PtqResult("fp8", "max", samples, opset_of(model), qdq_counts(model), figures, min_cosine,
                      figures["cosine_centered"] >= min_cosine, notes, lint_model(model, max_sequence), preset.name)
-
-
-def _exact(names: list[str]) -> list[str] | None:
-    import re
-
-    return [re.escape(name) + "$" for name in names] or None

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import InputError
-from pipeline.core.fileio import atomic_path
-from quant.ptq import PtqResult, check_calibration, held_out_accuracy, opset_of, qdq_counts, run_modelopt
+from quant.ptq import PtqResult, check_calibration, opset_of, qdq_counts, run_modelopt, write_checked
 
 METHODS = ("awq_clip", "rtn_dq")
 DEFAULT_METHOD = "awq_clip"
@@ -75,11 +74,7 @@ def quantize_int4(
     del source_model
     model = run_modelopt(source, target, "int4", quantize_mode="int4", calibration_method=method, calibration_data_reader=reader,
                          block_size=block_size, nodes_to_exclude=[name + "$" for name in excluded] or None)
-    with atomic_path(target) as tmp:
-        import onnx
-
-        onnx.save(model, str(tmp))
-        figures = held_out_accuracy(tmp, reference if reference is not None else source, held_out, sum(len(next(iter(b.values()))) for b in held_out))
+    figures = write_checked(model, target, source, reference, held_out)
     counts = qdq_counts(model)
     notes.append(f"block size {block_size}; {counts['dequantize']} INT4 weight DequantizeLinear node(s)")
     return PtqResult("int4", method, samples, opset_of(model), counts, figures, min_cosine,

@@ -25,6 +25,7 @@ model family's preset (quant/presets.py `PlacementRules`): the lint and the pres
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,7 @@ def _preset_hint(rules: PlacementRules) -> str:
     return next(name for name, p in PRESETS.items() if p.rules is rules and p.fusion_cleanup)
 
 
-def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
-    out = []
+def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node in g.nodes:
         if node.op_type not in rules.epilogue_ops:
             continue
@@ -94,60 +94,54 @@ def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
                 continue
             gemm = g.gemm_behind(pair[0].input[0], rules.epilogue_ops, single_use=rules.residual_skip)
             q, dq = pair
-            out.append(Finding(
+            yield Finding(
                 "qdq-after-gemm", [gemm.name, q.name, dq.name, node.name],
                 f"{q.name}/{dq.name} quantize the output of {gemm.op_type} {gemm.name} before {node.op_type} {node.name}, which would fuse into it "
                 f"(prevents the {_fusion(gemm)} fusion)",
                 f"remove this Q/DQ pair (TensorRT quantizes GEMM/Conv inputs, not outputs; preset {_preset_hint(rules)} does this)",
-            ))
-    return out
+            )
 
 
-def _residual_skip(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
-    out = []
+def _residual_skip(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node, gemms, floats in g.residual_adds(rules.epilogue_ops):
         quantized = [g.quantized_activation(i) is not None for i in node.input]
         if all(gemms):
             if not any(quantized) and all(g.quantized_gemm(gemm) for gemm in gemms) and rules.residual_skip:
-                out.append(Finding(
+                yield Finding(
                     "residual-skip-not-quantized", [gemms[0].name, gemms[1].name, node.name],
                     f"residual Add {node.name} adds the float outputs of two quantized convolutions {gemms[0].name} and {gemms[1].name}: "
                     f"it fuses into neither (prevents the {_fusion(gemms[0])} fusion)",
                     f"quantize one of its inputs (a Q/DQ on {floats[0]}) so the Add fuses into {gemms[1].name}; preset cnn does this",
-                ))
+                )
             continue
         side = 0 if gemms[0] is not None else 1
         gemm, skip = gemms[side], node.input[1 - side]
         if g.quantized_gemm(gemm) and not quantized[1 - side] and g.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
-            out.append(Finding(
+            yield Finding(
                 "residual-skip-not-quantized", [gemm.name, node.name, skip],
                 f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "
                 f"(prevents the {_fusion(gemm)} fusion)",
                 "add a Q/DQ on the skip input (the one its tensor already has for the next layer, if any) so the Add fuses into the "
                 f"{gemm.op_type}; preset {_preset_hint(rules)} does this" if rules.residual_skip else
                 f"add a Q/DQ on the skip input so the Add fuses into the {gemm.op_type} in INT8",
-            ))
-    return out
+            )
 
 
-def _float_region(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
-    out = []
+def _float_region(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node in g.nodes:
         if node.op_type not in rules.float_region_ops:
             continue
         pair = g.quantized_activation(node.input[0])
         if pair:
             q, dq = pair
-            out.append(Finding(
+            yield Finding(
                 "qdq-into-float-region", [q.name, dq.name, node.name],
                 f"{q.name}/{dq.name} quantize the input of {node.op_type} {node.name}, which runs in float inside the fused region",
                 "remove this Q/DQ pair; quantize the GEMM inputs after the region instead",
-            ))
-    return out
+            )
 
 
-def _weights(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
-    out = []
+def _weights(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node in g.nodes:
         if node.op_type not in GEMM_OPS or len(node.input) < 2:
             continue
@@ -155,16 +149,14 @@ def _weights(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
             continue
         weight = node.input[1]
         if g.constant(weight) is not None:
-            out.append(Finding(
+            yield Finding(
                 "weight-without-dq", [node.name, weight],
                 f"{node.op_type} {node.name} has a quantized input but its weight {weight} reaches it as a float constant",
                 "quantize the weight with a DequantizeLinear between the initializer and the layer",
-            ))
-    return out
+            )
 
 
-def _concat_scales(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
-    out = []
+def _concat_scales(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node in g.nodes:
         if node.op_type != "Concat":
             continue
@@ -175,67 +167,60 @@ def _concat_scales(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
             scales.append(None if scale is None else float(np.asarray(scale).reshape(-1)[0]))
         known = [s for s in scales if s is not None]
         if len(known) >= 2 and not np.allclose(known, known[0], rtol=1e-6):
-            out.append(Finding(
+            yield Finding(
                 "concat-unequal-scales", [node.name],
                 f"Concat {node.name} joins dequantized inputs with scales {known}: TensorRT requantizes each input "
                 "instead of writing the producers' outputs into one buffer (prevents the Concat elimination)",
                 "give the inputs one shared scale (the largest; preset cnn does this, as ModelOpt's concat_elimination pass aims to)",
-            ))
-    return out
+            )
 
 
-def _conv_weight_only(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
-    out = []
+def _conv_weight_only(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node in g.nodes:
         if node.op_type not in CONV_OPS or len(node.input) < 2 or g.op(node.input[1]) != "DequantizeLinear":
             continue
         if g.quantized_activation(node.input[0]) is None:
-            out.append(Finding(
+            yield Finding(
                 "conv-weight-only", [node.name, node.input[0]],
                 f"{node.op_type} {node.name} has a dequantized weight but a float input {node.input[0]}: TensorRT has no weight-only "
                 "convolution, so it runs the Conv in float (prevents the quantized Conv kernel and its fusions)",
                 f"add a Q/DQ on input {node.input[0]} (the Conv's activation), or leave its weight in float",
-            ))
-    return out
+            )
 
 
-def _int4(g: QdqGraph, rules: PlacementRules) -> list[Finding]:
+def _int4(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     import onnx
 
-    out = []
     for node in g.nodes:
         if node.op_type == "QuantizeLinear" and len(node.input) > 2 and g.initializer_type(node.input[2]) in INT4_TYPES and g.constant(node.input[0]) is None:
-            out.append(Finding(
+            yield Finding(
                 "int4-activation", [node.name, node.input[0]],
                 f"{node.name} quantizes the computed tensor {node.input[0]} to INT4: TensorRT's INT4 is weight-only (prevents building the engine)",
                 "quantize only weights to INT4 (ModelOpt quantize_mode='int4'); use INT8 or FP8 Q/DQ for activations",
-            ))
+            )
         if node.op_type == "DequantizeLinear" and g.initializer_type(node.input[0]) in INT4_TYPES:
             for consumer in g.consumers(node.output[0]):
                 if consumer.op_type not in INT4_CONSUMERS:
-                    out.append(Finding(
+                    yield Finding(
                         "int4-not-gemm", [node.name, consumer.name],
                         f"INT4 weight {node.input[0]} feeds {consumer.op_type} {consumer.name}: TensorRT's INT4 weight-only "
                         f"quantization is for MatMul/Gemm ({onnx.TensorProto.DataType.Name(g.initializer_type(node.input[0]))} weights elsewhere are not fused)",
                         "quantize this weight to INT8/FP8 with its input, or leave it in float (ModelOpt int4 quantizes MatMul/Gemm only)",
-                    ))
-    return out
+                    )
 
 
-def _attention(g: QdqGraph, model, max_sequence: int | None) -> list[Finding]:
-    out = []
+def _attention(g: QdqGraph, model, max_sequence: int | None) -> Iterator[Finding]:
     for matmul, head, sequence in attention_scores(model, g):
         if not any(g.quantized_activation(i) for i in matmul.input):
             continue
         seq = max_sequence or sequence
         if (head is None or head in FUSED_ATTENTION_HEAD_SIZES) and (seq is None or seq <= FUSED_ATTENTION_MAX_SEQUENCE):
             continue  # an unknown size (a dynamic sequence) is no violation: --max-sequence checks it
-        out.append(Finding(
+        yield Finding(
             "attention-not-fusable", [matmul.name],
             f"attention MatMul {matmul.name} is quantized but fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} (here head size {head}, sequence {seq})",
             "leave attention in float: ModelOpt disable_mha_qdq=True (preset trt-fusion does this)",
-        ))
-    return out
+        )
 
 
 def findings_json(findings: list[Finding]) -> dict[str, Any]:

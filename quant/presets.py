@@ -33,7 +33,7 @@
   FP32 on 100% (the transformer rules with every Mul/Add input quantized: 59-91%).
 - `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`).
 
-Each preset names the model family it is written for (`FAMILIES`); the lint reads the same
+Each preset names the model family it is written for (`Preset.family`); the lint reads the same
 data (`PlacementRules`), so what a preset places and what the lint accepts never disagree.
 What they recognize in a graph (attention, masks, RMSNorm) is in quant/patterns.py.
 """
@@ -58,9 +58,6 @@ FLOAT_REGION_OPS = ("LayerNormalization", "Softmax")
 EPILOGUE_OPS = ("BatchNormalization", *ACTIVATION_OPS)
 # Ops a DQ commutes with (TensorRT moves the DQ after them): a Concat input read through them is still quantized
 COMMUTING_OPS = ("Resize", "MaxPool", *LAYOUT_OPS)
-
-FAMILIES = ("encoder", "decoder", "cnn")
-
 
 @dataclass(frozen=True)
 class PlacementRules:
@@ -126,13 +123,12 @@ def resolve_preset(name: str, model) -> Preset:
     return PRESETS[name]
 
 
-def check_family(preset: Preset, model) -> str:
-    """The model's family; a preset written for another family is one line naming the preset that fits."""
+def check_family(preset: Preset, model) -> None:
+    """A preset written for another family than the model's is one line naming the preset that fits."""
     family = model_family(model)
     if preset.family is not None and preset.family != family:
         raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is a {family} "
                          f"({_family_evidence(family)}): use --preset {FAMILY_PRESET[family]}")
-    return family
 
 
 def _family_evidence(family: str) -> str:
@@ -362,15 +358,14 @@ def _quantize_residual_skips(model) -> None:
             add.input[skip] = shared
 
 
-def share_concat_scales(model) -> list[str]:
+def share_concat_scales(model) -> None:
     """Give the Q/DQ pairs feeding each Concat (all inputs quantized, per-tensor scales) the largest
-    of their scales, so TensorRT can drop the Concat; returns the Concats changed."""
+    of their scales, so TensorRT can drop the Concat."""
     import numpy as np
     from onnx import numpy_helper
 
     graph = QdqGraph.of(model)
     initializers = dict(graph.initializers)  # and the shared scales made here (a DQ may feed two Concats)
-    changed = []
     for concat in (n for n in graph.nodes if n.op_type == "Concat"):
         pairs = [graph.dequantized_through(i) for i in concat.input]
         if not pairs or not all(pairs):
@@ -386,5 +381,3 @@ def share_concat_scales(model) -> list[str]:
         initializers[shared.name] = shared
         for q, dq in pairs:
             q.input[1] = dq.input[1] = shared.name
-        changed.append(concat.name)
-    return changed

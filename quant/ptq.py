@@ -112,16 +112,20 @@ def opset_of(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
-def held_out_accuracy(candidate: Path, reference, held_out: list[dict[str, np.ndarray]], samples: int) -> dict[str, Any]:
-    """quant.accuracy figures of `candidate` against the FP32 outputs: `reference` is those outputs
-    (an array, or a BackgroundOutputs still running beside the conversion) or the FP32 model's path."""
+def write_checked(model, target: Path, source: Path, reference, held_out: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Write `model` to `target` only if it runs on `held_out`; return its quant.accuracy figures against the FP32
+    outputs: `reference` is those outputs (an array, or a BackgroundOutputs still running beside the conversion),
+    or None to run the FP32 model `source` for them."""
+    import onnx
+
+    from pipeline.core.fileio import atomic_path
     from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
 
-    outputs = model_outputs(candidate, held_out)
-    if isinstance(reference, BackgroundOutputs):
-        expected = reference.result()
-    elif isinstance(reference, np.ndarray):
-        expected = reference
-    else:
-        expected = model_outputs(Path(reference), held_out)
-    return accuracy(expected, outputs, samples)
+    with atomic_path(target) as tmp:
+        onnx.save(model, str(tmp))
+        outputs = model_outputs(tmp, held_out)
+        if isinstance(reference, BackgroundOutputs):
+            expected = reference.result()
+        else:
+            expected = reference if reference is not None else model_outputs(Path(source), held_out)
+        return accuracy(expected, outputs, sum(len(next(iter(b.values()))) for b in held_out))

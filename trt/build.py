@@ -20,16 +20,13 @@ from trt.versions import check_weak_fp16, for_version
 
 Shapes = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 
-VERBOSITY = {"none": "NONE", "layer_names_only": "LAYER_NAMES_ONLY", "detailed": "DETAILED"}
-SEVERITY = {"error": "ERROR", "warning": "WARNING", "info": "INFO", "verbose": "VERBOSE"}
-
 
 @dataclass(frozen=True)
 class BuildSettings:
-    verbosity: str = "detailed"  # none | layer_names_only | detailed
+    verbosity: str = "detailed"  # none | layer_names_only | detailed: trt.ProfilingVerbosity's names in lower case
     workspace_mib: int = 4096
     optimization_level: int = 3
-    log_severity: str = "info"  # error | warning | info | verbose
+    log_severity: str = "info"  # error | warning | info | verbose: trt.ILogger.Severity's names in lower case
     weak_fp16: bool = False
 
 
@@ -46,7 +43,7 @@ class BuildPaths:
 
 def capture_logger(trt, severity: str, lines: list[str]):
     """An ILogger that keeps every message at or above `severity` (they go to the build log)."""
-    threshold = getattr(trt.ILogger.Severity, SEVERITY[severity])
+    threshold = getattr(trt.ILogger.Severity, severity.upper())
 
     class CaptureLogger(trt.ILogger):
         def __init__(self):
@@ -94,7 +91,7 @@ def configure(trt, logger, onnx: Path, shapes: Shapes, settings: BuildSettings, 
         errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)]
         raise StageFailed(f"{onnx}: TensorRT's ONNX parser failed: " + "; ".join(errors))
     config = builder.create_builder_config()
-    config.profiling_verbosity = getattr(trt.ProfilingVerbosity, VERBOSITY[settings.verbosity])
+    config.profiling_verbosity = getattr(trt.ProfilingVerbosity, settings.verbosity.upper())
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_mib << 20)
     config.builder_optimization_level = settings.optimization_level
     if settings.weak_fp16:

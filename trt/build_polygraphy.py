@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeline.core.errors import StageFailed
 from pipeline.core.fileio import write_text
-from trt.build import VERBOSITY, BuildPaths, BuildSettings, Shapes, save_engine, use_timing_cache
+from trt.build import BuildPaths, BuildSettings, Shapes, save_engine, use_timing_cache
 from trt.polygraphy_log import polygraphy_log
 from trt.versions import check_weak_fp16, for_version
 
@@ -42,7 +42,7 @@ def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, setti
                 tf32=True,
                 fp16=settings.weak_fp16,
                 profiles=[_profile(shapes)] if shapes else None,
-                profiling_verbosity=getattr(trt.ProfilingVerbosity, VERBOSITY[settings.verbosity]),
+                profiling_verbosity=getattr(trt.ProfilingVerbosity, settings.verbosity.upper()),
                 memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_mib << 20},
                 builder_optimization_level=settings.optimization_level,
             )

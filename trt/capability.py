@@ -82,9 +82,7 @@ def compute_capability() -> tuple[int, int] | None:
 
 def below_compute_capability(precision: str, required: tuple[int, int], found: tuple[int, int] | None) -> str | None:
     """Why `precision` engines cannot be built here (the GPU is absent or older than `required`), or None."""
-    need = ".".join(map(str, required))
-    if found is None:
-        return f"{precision} engines need a GPU of compute capability {need}+ (Ada, Hopper, Blackwell); no GPU's capability could be read here"
-    if found < required:
-        return f"{precision} engines need a GPU of compute capability {need}+ (Ada, Hopper, Blackwell); this GPU is {found[0]}.{found[1]}"
-    return None
+    if found is not None and found >= required:
+        return None
+    here = "no GPU's capability could be read here" if found is None else f"this GPU is {found[0]}.{found[1]}"
+    return f"{precision} engines need a GPU of compute capability {'.'.join(map(str, required))}+ (Ada, Hopper, Blackwell); {here}"

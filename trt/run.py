@@ -60,9 +60,10 @@ def _output_bytes(trt, engine, context, name: str) -> int:
 
 
 class _Execution:
-    """A deserialized engine, one execution context with its buffers, and the stream it runs on."""
+    """A deserialized engine, one execution context with its buffers, and the stream it runs on, after
+    `warmup` runs."""
 
-    def __init__(self, engine_path: Path, feeds: dict[str, Any]):
+    def __init__(self, engine_path: Path, feeds: dict[str, Any], warmup: int):
         import cupy as cp
         import tensorrt as trt
 
@@ -75,6 +76,9 @@ class _Execution:
         self.context = self.engine.create_execution_context()
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.buffers = DeviceBuffers(trt, self.engine, self.context, feeds, self.stream)
+        for _ in range(warmup):
+            self.enqueue()
+        self.stream.synchronize()
 
     def enqueue(self) -> None:
         if not self.context.execute_async_v3(self.stream.ptr):
@@ -88,10 +92,7 @@ def profile_engine(engine_path: Path, profile_json: Path, feeds: dict[str, Any],
     IProfiler.report_layer_time, so a layer that reported fewer than `iterations` times (or not at
     all) fails the profile instead of leaving it silently short.
     """
-    run = _Execution(engine_path, feeds)
-    for _ in range(warmup):
-        run.enqueue()
-    run.stream.synchronize()
+    run = _Execution(engine_path, feeds, warmup)
     times: dict[str, list[float]] = {}
     run.context.profiler = _layer_times(run.trt, times)
     observed = 0
@@ -139,10 +140,7 @@ def time_engine(engine_path: Path, feeds: dict[str, Any], warmup: int, iteration
     """Device-side latency of each run in milliseconds (CUDA events around execute_async_v3)."""
     import cupy as cp
 
-    run = _Execution(engine_path, feeds)
-    for _ in range(warmup):
-        run.enqueue()
-    run.stream.synchronize()
+    run = _Execution(engine_path, feeds, warmup)
     start, end = cp.cuda.Event(), cp.cuda.Event()
     times = []
     for step in range(iterations):

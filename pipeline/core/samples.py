@@ -76,8 +76,6 @@ def check_sizes(profile: Profile) -> list[dict[str, int]]:
     """Named-dim sizes to verify a model at: opt, and when dims are dynamic a second set
     (1 -> 2, else opt // 2, kept within [min, max]), e.g. 1x128 and 2x64 for bert-base."""
     opt = {name: d.opt for name, d in profile.dims.items()}
-    if not profile.dynamic:
-        return [opt]
     alternate = {name: min(d.max, max(d.min, 2 if d.opt == 1 else d.opt // 2)) for name, d in profile.dims.items()}
     return [opt, alternate] if alternate != opt else [opt]
 

@@ -55,16 +55,11 @@ def _problem(error: dict, schema: type[BaseModel], what: str) -> str:
 
 def _fields_at(schema: type[BaseModel], loc: tuple) -> list[str]:
     """The keys of the table at `loc` inside `schema` (list indexes and dict keys stepped over)."""
-    model: Any = schema
+    model: type[BaseModel] | None = schema
     for part in loc:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return []
-        if isinstance(part, int) or part not in model.model_fields:
-            continue
-        model = _model_in(model.model_fields[part].annotation)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return [name for name, field in model.model_fields.items() if not field.exclude]
-    return []
+        if model is not None and not isinstance(part, int) and part in model.model_fields:
+            model = _model_in(model.model_fields[part].annotation)
+    return [name for name, field in model.model_fields.items() if not field.exclude] if model is not None else []
 
 
 def _model_in(annotation: Any) -> Any:

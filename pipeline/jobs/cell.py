@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline import precisions as registry
 from pipeline.artifacts import Built, read_build
-from pipeline.core.errors import CapabilityMissing, InputError, PipelineError
+from pipeline.core.errors import CapabilityMissing, PipelineError
 from pipeline.core.fileio import write_json
 from pipeline.jobs import provenance
 from pipeline.jobs.plan import Cell
@@ -33,13 +33,7 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
     """Run `cell` and write its record; a failure inside is recorded (status failed) and returned."""
     claim_store(out, matrix.name)
     started = time.monotonic()
-    record: dict[str, Any] = {
-        "schema": CELL_SCHEMA, "matrix": matrix.name, "id": cell.id, "index": cell.index, "label": cell.label,
-        "definition": cell.definition(), "status": "done", "reason": None, "docker": None,
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "provenance": {**provenance.host(), "gpu_before": provenance.gpu_state(), "gpu_after": None},
-        "method": None, "latency": None, "repeats": [], "valid": None, "validity": [], "engine": None, "build": None,
-    }
+    record = _record(matrix, cell, provenance={**provenance.host(), "gpu_before": provenance.gpu_state(), "gpu_after": None})
     missing = _missing_capability(cell, record["provenance"]["gpu_before"])
     if missing:
         record.update(status="skipped", reason=missing, docker=_docker(matrix, cell, out))
@@ -57,11 +51,15 @@ def run_cell(matrix: Matrix, cell: Cell, out: Path) -> dict[str, Any]:
 
 def failed_record(matrix: Matrix, cell: Cell, reason: str, seconds: float) -> dict[str, Any]:
     """What the runner records for a cell whose process died before writing its own file."""
+    return _record(matrix, cell, status="failed", reason=reason, seconds=round(seconds, 3))
+
+
+def _record(matrix: Matrix, cell: Cell, **fields: Any) -> dict[str, Any]:
+    """A cell record, every field present (docs/jobs.md), `fields` set and the rest empty."""
     return {"schema": CELL_SCHEMA, "matrix": matrix.name, "id": cell.id, "index": cell.index, "label": cell.label,
-            "definition": cell.definition(), "status": "failed", "reason": reason, "docker": None,
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": round(seconds, 3),
-            "provenance": None, "method": None, "latency": None, "repeats": [], "valid": None, "validity": [],
-            "engine": None, "build": None}
+            "definition": cell.definition(), "status": "done", "reason": None, "docker": None,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "seconds": None, "provenance": None,
+            "method": None, "latency": None, "repeats": [], "valid": None, "validity": [], "engine": None, "build": None} | fields
 
 
 def _missing_capability(cell: Cell, gpu: dict[str, Any]) -> str | None:
@@ -130,6 +128,7 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
         return cell.profile
     import tomlkit
 
+    from pipeline.core.fileio import write_text
     from pipeline.core.profiles import load_profile
 
     profile = load_profile(cell.profile)
@@ -139,11 +138,8 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
         data["model"]["onnx"] = str(profile.onnx_path())
     if profile.model.hf is not None and (profile.folder / profile.model.hf).exists():
         data["model"]["hf"] = str((profile.folder / profile.model.hf).resolve())
-    folder.mkdir(parents=True, exist_ok=True)
     derived = folder / "profile.toml"
-    from pipeline.core.fileio import write_text
-
-    write_text(derived, tomlkit.dumps(data))
+    write_text(derived, tomlkit.dumps(data))  # atomic_path makes the folder
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(profile.folder), os.environ.get("PYTHONPATH")]))
     return str(derived)
 
@@ -189,21 +185,16 @@ def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
 def _engine(folder: Path, built: Built) -> dict[str, Any]:
     """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py),
     and the build's own accuracy figures for it."""
-    import json
     from collections import Counter
 
     from pipeline.core.fileio import sha256_file
+    from pipeline.core.manifest import Manifest
     from trt.report import report_from_files
 
     precision, engine = built.precision.name, built.engine
     report = report_from_files(built.layers, onnx=built.onnx)
-    accuracy = None
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        stage = next((s for s in manifest["stages"] if s["name"] == "build"), {})
-        accuracy = stage.get("metrics", {}).get(precision, {}).get("accuracy")
-    except (OSError, ValueError, KeyError) as err:
-        raise InputError(f"{folder / 'manifest.json'}: unreadable ({err})") from err
+    stage = Manifest.load_or_new(folder / "manifest.json", "").get("build")  # read_build read it a moment ago
+    accuracy = stage.metrics.get(precision, {}).get("accuracy") if stage else None
     report_html = folder / f"{precision}.report.html"
     return {
         "sha256": sha256_file(engine), "path": str(engine),

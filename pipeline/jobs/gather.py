@@ -6,14 +6,12 @@ of each precision over FP32 (and of each quantized one over FP16), the cells tha
 from __future__ import annotations
 
 import base64
-import contextlib
-import gc
 import io
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pipeline import precisions as registry
+from pipeline.core.collector import collector_paused
 from pipeline.core.errors import InputError
 from pipeline.jobs.store import CELL_SCHEMA, read_cells
 
@@ -69,13 +67,10 @@ def _speedups(done: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in done:
         key = (row["model"], row["shape"], row["backend"], row["builder"], row["gpu_name"])
         by_key.setdefault(key, {})[row["precision"]] = row["p50_ms"]
-    out = []
-    for (model, shape, backend, builder, gpu), p50 in by_key.items():
-        for faster, base in SPEEDUPS:
-            if faster in p50 and base in p50 and p50[faster]:
-                out.append({"model": model, "shape": shape, "backend": backend, "builder": builder, "gpu": gpu,
-                            "ratio": f"{faster}/{base}", "speedup": round(p50[base] / p50[faster], 3)})
-    return out
+    return [{"model": model, "shape": shape, "backend": backend, "builder": builder, "gpu": gpu,
+             "ratio": f"{faster}/{base}", "speedup": round(p50[base] / p50[faster], 3)}
+            for (model, shape, backend, builder, gpu), p50 in by_key.items() for faster, base in SPEEDUPS
+            if faster in p50 and base in p50 and p50[faster]]
 
 
 def compare(current: dict[str, Any], baseline: dict[str, Any], max_slowdown: float) -> list[dict[str, Any]]:
@@ -164,20 +159,6 @@ def _png(figure, plt) -> str:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-@contextlib.contextmanager
-def _cycle_collector_paused() -> Iterator[None]:
-    """Python's cycle collector off while the html renders: a 10,000-row table allocates some 150,000
-    short-lived containers, which start full collections over every live object (matplotlib's modules
-    included) mid-render, 0.1 s that frees nothing. Back on after."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def render_html(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) -> str:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
@@ -189,7 +170,7 @@ def render_html(result: dict[str, Any], slow: list[dict[str, Any]] | None = None
             return self.getitem(obj, attribute)
 
     env = KeysFirst(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
-    with _cycle_collector_paused():
+    with collector_paused():
         return env.get_template("gather.html.j2").render(r=result, images=plots(result), slow=slow)
 
 

@@ -5,6 +5,7 @@ a CPU Job for ort-cpu cells; and a gather Job, in its own file, to apply once th
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from pipeline.core.errors import InputError
@@ -21,9 +22,7 @@ def manifests(matrix: Matrix, cells: list[Cell], parallelism: int | None = None)
     cluster = matrix.cluster
     if cluster is None:
         raise InputError(f"{matrix.source}: has no [cluster] section; add gpus, image and results_pvc (or results_uri) to write Kubernetes Jobs")
-    groups: dict[str, int] = {}
-    for cell in cells:
-        groups[cell.gpu] = groups.get(cell.gpu, 0) + 1
+    groups = Counter(cell.gpu for cell in cells)
     documents: list[dict[str, Any]] = [{
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": f"{matrix.name}-matrix", "namespace": cluster.namespace, "labels": _labels(matrix)},

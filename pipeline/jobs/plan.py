@@ -8,12 +8,11 @@ Cells are grouped by GPU type (`cpu` for ort-cpu, `local` for GPU cells of a mat
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pipeline.core.errors import InputError
+from pipeline.core.fileio import sha256_json
 from pipeline.jobs.spec import GPU_BACKENDS, Matrix, profile_argument, profile_of
 
 
@@ -39,7 +38,7 @@ class Cell:
 
     @property
     def id(self) -> str:
-        return cell_id(self.definition())
+        return sha256_json(self.definition())[:12]
 
     @property
     def label(self) -> str:
@@ -50,11 +49,7 @@ class Cell:
     def build_key(self) -> str:
         """Cells that share this key share one build (artifacts folder): the shape and backend do not change it."""
         data = {"profile": self.profile, "onnx": self.onnx, "builder": self.builder}
-        return f"{self.model}-{hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]}"
-
-
-def cell_id(definition: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()[:12]
+        return f"{self.model}-{sha256_json(data)[:8]}"
 
 
 def plan(matrix: Matrix) -> list[Cell]:

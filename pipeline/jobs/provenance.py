@@ -42,7 +42,8 @@ def _cpu_name() -> str:
 
 
 def gpu_state() -> dict[str, Any]:
-    """The first GPU's identity and state now; {"gpu_absent": reason} when NVML cannot tell."""
+    """The first GPU's identity and state now; {"gpu_absent": reason} when NVML cannot tell. (nvidia-ml-py
+    12.535, the oldest pyproject.toml allows, and later return names as str, not bytes.)"""
     try:
         import pynvml
     except ImportError as err:
@@ -62,10 +63,10 @@ def gpu_state() -> dict[str, Any]:
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
         return {
             "gpu_absent": None,
-            "name": _text(pynvml.nvmlDeviceGetName(handle)),
-            "uuid": _text(pynvml.nvmlDeviceGetUUID(handle)),
+            "name": pynvml.nvmlDeviceGetName(handle),
+            "uuid": pynvml.nvmlDeviceGetUUID(handle),
             "memory_mib": memory.total // (1 << 20),
-            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
             "cuda_driver": _optional(pynvml.nvmlSystemGetCudaDriverVersion_v2),
             "sm_clock_mhz": _optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
             "memory_clock_mhz": _optional(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
@@ -86,7 +87,3 @@ def _optional(call, *args):
         return call(*args)
     except pynvml.NVMLError:
         return None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -18,13 +18,12 @@ torch and transformers are imported at call time only.
 from __future__ import annotations
 
 import inspect
-import re
 from typing import Any
 
 from pipeline.core.errors import InputError, ProfileError
+from pipeline.core.generation import PAST_INPUT
 from pipeline.core.profiles import Profile
 
-PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(key|value)")
 PAST_DIM = "past_seq"
 MASK_SHAPE = ["batch", f"{PAST_DIM}+seq"]
 

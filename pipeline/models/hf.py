@@ -24,6 +24,7 @@ import tomlkit
 from pipeline.core.errors import InputError, ProfileError, first_line
 from pipeline.core.modelsource import local_folder
 from pipeline.core.profiles import Profile
+from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
 from pipeline.models.size import check_fits, small_config_fields
 
 AUTO_CLASSES = {
@@ -39,8 +40,6 @@ AUTO_CLASSES = {
 def build_hf_model(profile: Profile) -> Any:
     """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order
     (a decoder's cache as `[export] cache` says: pipeline/models/decoder.py)."""
-    from pipeline.models.decoder import prepare
-
     return prepare(load_hf_model(profile), profile)[0]
 
 
@@ -229,7 +228,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, l
     if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
     decoder = _returns_cache(model_class, config)
-    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
+    positions = max_positions(config) or 512
     longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
     dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
     inputs = [({"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]}, "token ids inside the vocabulary")]
@@ -246,8 +245,6 @@ def _returns_cache(model_class: Any, config: Any) -> bool:
     """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device: no memory, any size."""
     import torch
 
-    from pipeline.models.decoder import returns_cache
-
     if "past_key_values" not in inspect.signature(model_class.forward).parameters:
         return False
     with torch.device("meta"):
@@ -257,8 +254,6 @@ def _returns_cache(model_class: Any, config: Any) -> bool:
 
 def _with_past_inputs(dims: dict, inputs: list, config: Any, accepted: Any) -> tuple[dict, list]:
     """A decoder's starter dims and inputs with its KV cache (pipeline/models/decoder.py lays them out)."""
-    from pipeline.models.decoder import with_past_profile
-
     comments = {"input_ids": "new token ids", "attention_mask": "1 per past and new token, 0 for padding",
                 "position_ids": "positions of the new tokens", "past_key_values": "the KV cache: [batch, kv_heads, past_seq, head_dim]"}
     base = Profile.model_validate({"name": "starter", "model": {"hf_config": {"model_type": config.model_type}},

@@ -7,14 +7,12 @@ a fixed point, save atomically, return per-rule statistics.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.collector import collector_paused
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import atomic_path
 
@@ -72,20 +70,6 @@ def _external_tensors(model) -> list[tuple[str, str, int, int | None]]:
             for v in model.graph.initializers.values() if isinstance(v.const_value, ir.ExternalTensor)]
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection for the block. The IR of a large model is hundreds of thousands
-    of live objects; each full collection walks all of them, so with the collector on, a 48-layer
-    encoder took twice as long per node as a 12-layer one. Nothing the block frees needs it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def optimize_model(model, rules: list) -> tuple[Any, list, list[str], dict[str, str], bool]:
     """Local functions inlined, shape inference, then the rules to a fixed point; returns (model,
     per-rule stats, history, the rule that last touched each node, whether shape inference ran)."""
@@ -93,7 +77,7 @@ def optimize_model(model, rules: list) -> tuple[Any, list, list[str], dict[str, 
     from pipeline.optimize.engine import run_rules
     from pipeline.optimize.shapes import infer_shapes
 
-    with _collector_paused():
+    with collector_paused():
         inline_functions(model)  # modules exported as functions: the rules must see inside them
         # symbolic dims on intermediates let shape subgraphs fold (weights are not serialized for it)
         inferred = infer_shapes(model)

@@ -154,9 +154,17 @@ class Context:
         self.added += len(new_nodes)
         self.removed += len(old_nodes)
 
-    def bypass(self, node: ir.Node, replacement: ir.Value) -> None:
-        """Remove a single-output node whose output equals `replacement`."""
-        node.outputs[0].replace_all_uses_with(replacement)
+    def bypass(self, node: ir.Node, source: ir.Value) -> None:
+        """Remove a single-output node whose output equals `source`. A graph output keeps its name, type
+        and shape: the producer of `source` then writes it directly."""
+        out = node.outputs[0]
+        if out.is_graph_output():
+            out.replace_all_uses_with(source, replace_graph_outputs=True)
+            source.name, out.name = out.name, None
+            source.type = out.type or source.type
+            source.shape = out.shape if out.shape is not None else source.shape
+        else:
+            out.replace_all_uses_with(source)
         self.graph.remove(node, safe=True)
         self.removed += 1
 

@@ -89,13 +89,7 @@ def nodes_from_metadata(metadata: str) -> list[str]:
 
     Split on the entry marker, so names holding `]` or `[` stay whole.
     """
-    names = []
-    for piece in metadata.split(_ONNX_ENTRY)[1:]:
-        piece = piece.rstrip(_ENTRY_TAIL)
-        piece = (piece[:-1] if piece.endswith("]") else piece).strip()
-        if piece:
-            names.append(piece)
-    return list(dict.fromkeys(names)) if len(names) > 1 else names
+    return unique(piece.rstrip(_ENTRY_TAIL).removesuffix("]") for piece in metadata.split(_ONNX_ENTRY)[1:])
 
 
 _FOREIGN_PREFIX, _FOREIGN_SUFFIX = "{ForeignNode[", "]}"
@@ -158,13 +152,8 @@ def nodes_from_name(name: str) -> Layer:
 
 def onnx_names(text: str) -> list[str]:
     """The ONNX node names in a fused layer name, leaving out what TensorRT made up."""
-    names = []
-    for part in split_top(text, " + "):
-        for piece in _pwn_leaves(part):
-            piece = _CLONE.sub("", piece.strip())
-            if piece and not is_trt_generated(piece):
-                names.append(piece)
-    return unique(names)
+    pieces = (_CLONE.sub("", piece.strip()) for part in split_top(text, " + ") for piece in _pwn_leaves(part))
+    return unique(piece for piece in pieces if piece and not is_trt_generated(piece))
 
 
 def is_trt_generated(name: str) -> bool:

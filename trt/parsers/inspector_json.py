@@ -29,7 +29,12 @@ def parse(source: str, data: Any) -> EnginePlan:
         layers = [_layer_from_name(name) for name in raw_layers]
         version = "11.x" if "I/O Tensors" in data else "8.x-10.x"
         return finish(EnginePlan(source, f"{FORMAT}, layer names only (TensorRT {version})", "layer_names_only", layers, io_tensors))
-    layers = layers_from_objects(source, FORMAT, raw_layers, lambda i: f"Layers[{i}]")
+    layers: list[Layer] = []
+    try:
+        for item in raw_layers:
+            layers.append(layer_from_object(item))
+    except BadLayer as bad:
+        raise bad.error(source, FORMAT, f"Layers[{len(layers)}]") from None
     return finish(EnginePlan(source, f"{FORMAT}, detailed (TensorRT {_version(data, raw_layers, layers)})", "detailed", layers, io_tensors))
 
 
@@ -77,17 +82,6 @@ class BadLayer(Exception):
 
     def error(self, source: str, detected: str, where: str) -> LayerInfoParseError:
         return LayerInfoParseError(source, detected, where + self.key, self.problem, self.expected)
-
-
-def layers_from_objects(source: str, detected: str, items: list[Any], where) -> list[Layer]:
-    """Layer objects in order; `where(i)` names item i in an error message."""
-    layers = []
-    try:
-        for item in items:
-            layers.append(layer_from_object(item))
-    except BadLayer as bad:
-        raise bad.error(source, detected, where(len(layers))) from None
-    return layers
 
 
 def layer_from_object(item: Any) -> Layer:

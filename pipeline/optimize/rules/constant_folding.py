@@ -3,17 +3,13 @@
 - `op(c1, c2, ...) -> c` for constant inputs, evaluated with numpy exactly as ONNX defines
   the op; outputs above FOLD_LIMIT elements are folded only when their large constant inputs
   have no other user, so weights are never duplicated. QuantizeLinear / DequantizeLinear are
-  never folded: TensorRT needs a DQ between a weight and its layer.
-  A result above FOLD_LIMIT elements computed from inputs all below it (ConstantOfShape, Expand)
-  is not folded: it would grow the file.
+  never folded: TensorRT needs a DQ between a weight and its layer; nor is a large result of small
+  inputs (GROWS), nor a graph output (GRAPH_OUTPUT).
 - `Shape(x) -> c` and `Gather(Shape(x), i) -> c` where those dims of x are static.
 - `Reshape(x, Concat(Unsqueeze(Gather(Shape(x), i)), ..., c)) -> Reshape(x, [0, ..., c])`: a
   piece that copies dim i of x into position i becomes 0 ("copy from input", allowzero=0),
   so the shape subgraph disappears even with dynamic dims (TensorRT wants shape inputs as
   initializers: TensorRT's ONNX parser operator notes).
-
-No fold replaces a graph output (it would become an initializer in the output's place): the
-folds decline with "its output is a graph output".
 """
 
 from __future__ import annotations
@@ -171,15 +167,12 @@ class FoldConstants(Rule):
         return {"result": result}
 
     def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        out = node.outputs[0]
-        name = out.name or f"{node.name}_folded"
+        name = node.outputs[0].name or f"{node.name}_folded"
         if "lazy" in bound:
             folded = ctx.lazy_initializer(_deferred(*bound["lazy"], bound["dtype"]), bound["dtype"], bound["shape"], name)
         else:
             folded = ctx.initializer(bound["result"], name)
-        out.replace_all_uses_with(folded)
-        ctx.graph.remove(node, safe=True)
-        ctx.removed += 1
+        ctx.bypass(node, folded)
 
 
 # Layout ops whose large constant results are computed when the model is saved, not while the
@@ -261,10 +254,13 @@ class ReshapeCopiesInputDims(Rule):
             return "shape is not a Concat"
         data = node.inputs[0]
         target: list[int] = []
+        zero_literal = False
         for piece in concat.inputs:
             value = ctx.const(piece)
             if value is not None:
-                target += [int(v) for v in value.reshape(-1)]
+                literal = [int(v) for v in value.reshape(-1)]
+                target += literal
+                zero_literal = zero_literal or 0 in literal
                 continue
             source = _piece_source(piece, ctx)
             if source is None or len(source[1]) != 1:
@@ -275,7 +271,7 @@ class ReshapeCopiesInputDims(Rule):
             if not (same_tensor or same_dim):
                 return "a shape piece does not copy the data's dim at the same position"
             target.append(0)
-        if _attr(node, "allowzero", 0) and 0 in [t for t, c in zip(target, _constant_mask(concat, ctx), strict=False) if c]:
+        if _attr(node, "allowzero", 0) and zero_literal:
             return "allowzero=1 with a literal 0 in the shape"
         return {"target": np.array(target, dtype=np.int64)}
 
@@ -283,15 +279,6 @@ class ReshapeCopiesInputDims(Rule):
         node.replace_input_with(1, ctx.initializer(bound["target"], f"{node.name}_shape"))
         if "allowzero" in node.attributes:  # no literal 0 left: 0 now means "copy" (allowzero=0)
             node.attributes.pop("allowzero")
-
-
-def _constant_mask(concat: ir.Node, ctx: Context) -> list[bool]:
-    """Per target entry: whether it came from a constant piece."""
-    mask = []
-    for piece in concat.inputs:
-        value = ctx.const(piece)
-        mask += [True] * value.size if value is not None else [False]
-    return mask
 
 
 def _shape_dims(value: ir.Value, ctx: Context) -> list[Any] | None:

@@ -33,7 +33,7 @@ class _Bypass(Rule):
     """A rule whose check binds `source`, the value the matched node's output equals."""
 
     def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        _bypass(node, bound["source"], ctx)
+        ctx.bypass(node, bound["source"])
 
 
 class RemoveIdentity(_Bypass):
@@ -104,7 +104,7 @@ class CancelTransposePair(Rule):
     def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
         composed, first = bound["composed"], bound["first"]
         if composed == sorted(composed):
-            _bypass(node, bound["source"], ctx)
+            ctx.bypass(node, bound["source"])
             ctx.graph.remove(first, safe=True)
             ctx.removed += 1
             return
@@ -155,20 +155,6 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
         return None
-
-
-def _bypass(node: ir.Node, source: ir.Value, ctx: Context) -> None:
-    out = node.outputs[0]
-    if out.is_graph_output():
-        # keep the graph output's name, type and shape: the producer of `source` now writes it directly
-        out.replace_all_uses_with(source, replace_graph_outputs=True)
-        source.name, out.name = out.name, None
-        source.type = out.type or source.type
-        source.shape = out.shape if out.shape is not None else source.shape
-    else:
-        out.replace_all_uses_with(source)
-    ctx.graph.remove(node, safe=True)
-    ctx.removed += 1
 
 
 RULES = [RemoveIdentity(), RemoveSameTypeCast(), RemoveSameShapeReshape(), CancelTransposePair(), RemoveDropout(), RemoveNoOpExpand()]
