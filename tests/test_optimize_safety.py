@@ -102,6 +102,19 @@ def test_a_check_the_input_fails_too_is_not_asked_of_the_output(tmp_path):
     assert result.nodes_after == 1 and result.checks == ["onnxruntime loading"]
 
 
+def test_the_checks_after_one_the_input_fails_too_still_run(tmp_path, monkeypatch):
+    """onnx.checker rejecting input and output alike must not excuse the output from onnxruntime's check: it was
+    listed as passed without running."""
+    from pipeline.optimize import safety
+
+    source = _identity_then_sqrt(tmp_path)
+    monkeypatch.setattr(safety, "_run", lambda check, proto, full: "rejected" if check == safety.CHECKER else (
+        "refused" if "identity" not in [n.name for n in proto.graph.node] else None))
+    with pytest.raises(StageFailed, match="fails onnxruntime loading, so nothing was written: refused"):
+        optimize_file(source, tmp_path / "out.onnx")
+    assert not (tmp_path / "out.onnx").exists()
+
+
 def test_a_shape_that_is_a_graph_output_is_kept_and_the_fold_says_why(tmp_path):
     graph = helper.make_graph([helper.make_node("Shape", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", F, [2, 3])],
                               [helper.make_tensor_value_info("y", I64, [2])])
