@@ -64,7 +64,7 @@ def report(
     from trt.report import report_from_files
 
     data = report_from_files(layer_info, onnx, timing, input_format.value, depth, build)
-    emit(render(data, fmt.value, "report", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+    emit(render(data, fmt.value, all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
 
 
 @app.command(
@@ -108,7 +108,7 @@ def diff(
     elif b is None or a_precision or b_precision:
         raise PipelineError("diff: give two layer information files (A B), or a build's output folder with --a and --b")
     data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth, build_a, build_b)
-    emit(render(data, fmt.value, "diff", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+    emit(render(data, fmt.value, all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
 
 
 def _engines_of_build(folder: Path, a: Optional[str], b: Optional[str]):
