@@ -53,6 +53,9 @@ def test_swin_fp16_int8_per_region(trt_fixtures):
     assert [p.region.name for p in split.pieces] == [myelin_b] + [r["name"] for r in after]
     assert diff.verdict.startswith("B (INT8): A (FP16)'s Myelin region") and "cut into 2 regions" in diff.verdict
     assert "lint-qdq" not in diff.verdict, "no Q/DQ pair is known at this cut"
+    # issue 36: the finding said the region spans "(1 ONNX node)": a names-only range names its ends, not its nodes
+    (finding,) = [f for f in diff.findings if "runs in B (INT8) as 2 regions" in f]
+    assert "(a names-only range: its ONNX nodes are known with --onnx-a)" in finding and "ONNX node)" not in finding
 
 
 def test_resnet50_fp16_int8_aligned_per_region_with_precision_changes(trt_fixtures):

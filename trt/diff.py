@@ -149,13 +149,14 @@ def _findings(diff: Diff) -> list[str]:
     profiles = (diff.a.plan.profiles, diff.b.plan.profiles)
     if max(profiles) > 1:
         findings.append(f"optimization profiles: A {profiles[0]}, B {profiles[1]}; the diff compares profile 0")
-    for splits, whole, pieces in ((diff.splits, a, b), (diff.merges, b, a)):
+    for splits, whole, pieces, onnx in ((diff.splits, a, b, "--onnx-a"), (diff.merges, b, a, "--onnx-b")):
         for split in splits[:3]:
             cut = f" at {split.qdq_pairs} Q/DQ pairs ({split.qdq_source})" if split.qdq_pairs else ""
-            findings.append(
-                f"{whole}'s {split.a_region.name[:100]!r} ({split.nodes} ONNX node{'s' if split.nodes != 1 else ''}) runs in {pieces} as {len(split.pieces)} regions"
-                f" ({split.myelin_pieces} Myelin){cut}" + (" [approximate]" if split.approximate else "")
-            )
+            # a names-only range names its two ends, not the nodes between them: no count to give
+            nodes = (f"a names-only range: its ONNX nodes are known with {onnx}" if split.approximate
+                     else f"{split.nodes} ONNX node{'s' if split.nodes != 1 else ''} both engines name")
+            findings.append(f"{whole}'s {split.a_region.name[:100]!r} ({nodes}) runs in {pieces} as {len(split.pieces)} regions"
+                            f" ({split.myelin_pieces} Myelin){cut}" + (" [approximate]" if split.approximate else ""))
         if len(splits) > 3:
             findings.append(f"... and {len(splits) - 3} more regions of {whole} cut in {pieces}")
     changed = Counter(r.precision_change for r in [*diff.regions, *diff.aligned] if r.precision_change)
