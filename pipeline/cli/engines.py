@@ -155,6 +155,7 @@ def bench(
 ) -> None:
     from rich.progress import Progress
 
+    from pipeline.artifacts import recorded_profile
     from pipeline.core import seeds
     from pipeline.core.fileio import check_outputs, write_json
     from pipeline.core.profiles import load_profile
@@ -162,7 +163,7 @@ def bench(
     from trt.bench import bench as run_bench
     from trt.bench import plot
 
-    loaded = load_profile(profile or _recorded_profile(artifact))
+    loaded = load_profile(profile or recorded_profile(artifact) or DEFAULT_PROFILE)
     if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing
@@ -195,13 +196,6 @@ def bench(
     for label, why in result.get("not_timed", {}).items():
         out.print(f"{label:>6}: not timed: {why}", highlight=False, markup=False)
     out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False, markup=False)
-
-def _recorded_profile(artifact: Path) -> str:
-    """The profile the build of ARTIFACT (a build folder, or a file in one) records, else the default profile."""
-    from pipeline.artifacts import read_build
-
-    folder = artifact if artifact.is_dir() else artifact.parent
-    return read_build(folder)[0] if (folder / "manifest.json").is_file() else DEFAULT_PROFILE
 
 
 def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
