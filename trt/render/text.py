@@ -13,7 +13,7 @@ from rich.table import Table
 
 from pipeline.core.text import printable
 from trt.plan import Region
-from trt.views import Diff, Report, Split
+from trt.views import Diff, Report
 
 MAX_ROWS = 200
 NODES_SHOWN = 4
@@ -134,11 +134,6 @@ def region_label(region: Region | None) -> str:
     return f"{region.name} ({region.type}, {len(region.layers)} layer{'s' if len(region.layers) != 1 else ''})" if region.kind == "myelin" else region.name
 
 
-def qdq_at_cuts(split: Split) -> list[str]:
-    """The Q/DQ pairs (or Q nodes, from B's layer names) at a split's cuts, once each."""
-    return list(dict.fromkeys(f"{c.quantize} -> {c.dequantize}" if c.dequantize else c.quantize for c in split.cuts if c.quantize))
-
-
 def _diff(diff: Diff, all_rows: bool) -> list[Any]:
     rows = [[key.replace("_", " "), v.a, v.b, v.delta] for key, v in diff.totals.items()]
     rows.append(["precisions", counts(diff.a.breakdown.precisions), counts(diff.b.breakdown.precisions), ""])
@@ -153,7 +148,7 @@ def _diff(diff: Diff, all_rows: bool) -> list[Any]:
                 first = i == 0
                 rows.append([split.a_region.name + (" ~" if split.approximate else "") if first else "", split.nodes if first else "",
                              piece.region.name, piece.region.type, piece.region.precision, len(piece.nodes)])
-            pairs = qdq_at_cuts(split)
+            pairs = list(dict.fromkeys(f"{c.quantize} -> {c.dequantize}" if c.dequantize else c.quantize for c in split.cuts if c.quantize))
             if pairs:
                 rows.append(["", "", f"Q/DQ at the cuts ({split.qdq_source}): " + ", ".join(pairs[:6]) + (" ..." if len(pairs) > 6 else ""), "", "", ""])
         if rows:
