@@ -5,7 +5,8 @@ Tensors are joined by name; in a Q/DQ model the output of DequantizeLinear(Quant
 is compared with x of the reference, so the error a Q/DQ adds shows at that pair. For each
 node of the reference, `growth` is its output's error minus the largest error of its inputs:
 the nodes where the error grows most are where precision is lost. Each row names the torch module
-its node came from (pipeline/core/scopes.py), when the export recorded it.
+its node came from (pipeline/core/scopes.py), when the export recorded it. `align_models` aligns two
+executions instead (align.py). Both return a typed result with its `verdict` line (render.py writes them).
 """
 
 from __future__ import annotations

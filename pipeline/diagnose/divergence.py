@@ -6,7 +6,8 @@ tensor exposed (exposed.py). A module maps to a tensor through the scope each ON
 records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
 that other nodes read, the last in graph order with the module's output shape is its output.
 Modules are listed in the order they finish in torch (children before their parent), so the first
-one over the tolerance is where the export first goes wrong.
+one over the tolerance is where the export first goes wrong (`TorchComparison`; `ExportersComparison`
+holds both exporters' exports against torch and their alignment, for compare --exporters).
 """
 
 from __future__ import annotations
