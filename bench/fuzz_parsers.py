@@ -74,13 +74,13 @@ def run_one(path: Path, original: Path | None = None) -> tuple[float, str | None
             parsed = time.perf_counter() - started
             for fmt in FORMATS:
                 started = time.perf_counter()
-                render(report, fmt, "report")
+                render(report, fmt)
                 commands.append(parsed + time.perf_counter() - started)
             if original is not None:
                 started = time.perf_counter()
                 diff = build_diff(parse_layer_info(original), parse_layer_info(path))
                 for fmt in FORMATS:
-                    render(diff, fmt, "diff")
+                    render(diff, fmt)
                 commands.append(time.perf_counter() - started)
         except PipelineError:
             commands.append(time.perf_counter() - started)

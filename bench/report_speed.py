@@ -88,7 +88,7 @@ def in_process(path: Path) -> float:
     from trt.report import report_from_files
 
     started = time.perf_counter()
-    render(report_from_files(path), "text", "report")
+    render(report_from_files(path), "text")
     return time.perf_counter() - started
 
 

@@ -48,3 +48,10 @@ def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
         if (onnx := output(p.stage, "onnx")) is not None or any(engine_files.values()):
             built[p.name] = Built(p, onnx, **engine_files)
     return manifest.profile_argument, built
+
+
+def recorded_profile(path: Path) -> str | None:
+    """The profile the build of `path` (a build folder, or a file in one) records, as --profile takes it; None
+    when it is not in a build folder."""
+    manifest = (path if path.is_dir() else path.parent) / "manifest.json"
+    return Manifest.load_or_new(manifest, "").profile_argument if manifest.is_file() else None

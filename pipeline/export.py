@@ -275,14 +275,14 @@ def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     """Which torch module the difference starts in (pipeline/diagnose/divergence.py), for the failure line."""
     import tempfile
 
-    from pipeline.diagnose.divergence import compare_to_torch, first_diverging_line
+    from pipeline.diagnose.divergence import compare_to_torch
 
     try:
         with tempfile.TemporaryDirectory() as workdir:
             result, _ = compare_to_torch(profile, module, onnx_path, feeds, Path(workdir))
     except PipelineError as err:
         return f"modules not compared ({err})"
-    return first_diverging_line(result)
+    return result.verdict + ("; see `python -m pipeline compare --torch`" if result.first_diverging else "")
 
 
 def _shapes(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:

@@ -39,7 +39,7 @@ def print_next_steps(console: Console, profile: Profile, manifest: Path, records
     if built.get("build") == "skipped" and _is_default(profile) and REAL_LOG.is_file():
         from trt.report import report_from_files
 
-        verdict = report_from_files(REAL_LOG)["verdict"]
+        verdict = report_from_files(REAL_LOG).verdict
         console.print(f"\nWhat the report says about this model's engine, from a real TensorRT 10.10 build log (FP16, A100):\n"
                       f"  python -m pipeline report {shown_path(REAL_LOG)}\n  {verdict}", highlight=False, markup=False, soft_wrap=True)
 

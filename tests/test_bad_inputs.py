@@ -264,7 +264,7 @@ CASES = {
     "compare a trace over the memory limit": Case(("compare", "good.onnx", "wide.onnx", "--inputs", "good.npz", "--max-trace-mb", "1"),
                                                   "keeping every node result needs about 2 MiB (1 results, 0 more of unknown size), over the 1 MiB limit; keep a subset with --nodes"),
     "compare --nodes not a regex": Case(("compare", "good.onnx", "other.onnx", "--inputs", "good.npz", "--nodes", "(layer"), "--nodes '(layer': not a regular expression"),
-    "compare --torch --format html": Case(("compare", "--torch", "good.onnx", "--profile", "tiny.toml", "-f", "html"), "use text or json with --torch"),
+    "compare --format md": Case(("compare", "--torch", "good.onnx", "--profile", "tiny.toml", "-f", "md"), "--format 'md': use text, json or html"),
     "compare --exporters without a profile": Case(("compare", "--exporters"), "compare --exporters needs --profile NAME"),
     "compare --exporters with a file": Case(("compare", "good.onnx", "--exporters", "--profile", "tiny.toml"), "give no ONNX file and no --torch"),
     "compare without a model": Case(("compare", "--profile", "tiny.toml"), "compare: give two ONNX files (A, the reference, then B), one with --torch"),

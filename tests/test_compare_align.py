@@ -18,8 +18,8 @@ from onnx import numpy_helper
 from pipeline.core.profiles import load_profile
 from pipeline.core.samples import make_inputs
 from pipeline.core.scopes import module_name, node_scope
-from pipeline.diagnose.compare import align_models
-from pipeline.diagnose.render import alignment_html
+from pipeline.diagnose.compare import AlignedRow, Alignment, align_models
+from pipeline.diagnose.render import render
 from pipeline.export import export_model
 
 CORPUS = ("hf-llama-tiny", "hf-gpt2-tiny", "hf-bert-tiny")
@@ -37,7 +37,7 @@ def exports(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     return pairs
 
 
-def align(a: Path, b: Path, profile: str, **kwargs) -> dict:
+def align(a: Path, b: Path, profile: str, **kwargs) -> Alignment:
     feeds = make_inputs(load_profile(profile), seed=30_000)
     with tempfile.TemporaryDirectory() as workdir:
         return align_models(a, b, feeds, Path(workdir), **kwargs)
@@ -59,8 +59,8 @@ def perturb(source: Path, target: Path, module: str, scale: float = 0.5) -> str:
     return name
 
 
-def float_pairs(result: dict) -> list[dict]:
-    return [r for r in result["rows"] if r["a"] and r["b"] and r["a"]["dtype"].startswith("float")]
+def float_pairs(result: Alignment) -> list[AlignedRow]:
+    return [r for r in result.rows if r.a and r.b and r.a.dtype.startswith("float")]
 
 
 def test_llama_exporters_align_and_the_output_names_what_differs(exports, tmp_path):
@@ -80,8 +80,8 @@ def test_llama_exporters_align_and_the_output_names_what_differs(exports, tmp_pa
     assert any(row.split()[1:3] == ["=", "Transpose"] and row.split("|")[1].split()[0] == "initializer" for row in rows)
 
     data = json.loads(run_cli("compare", str(dynamo), str(torchscript), "--profile", "hf-llama-tiny", "-f", "json").stdout)
-    assert data["first_divergence"] is None and data["aligned_by"] == "execution"
-    pairs = float_pairs(data)
+    assert data["first_divergence"] is None and data["aligned_by"] == "execution" and data["verdict"] == verdict
+    pairs = [r for r in data["rows"] if r["a"] and r["b"] and r["a"]["dtype"].startswith("float")]
     assert len(pairs) > 100 and all(r["mark"] == "=" and r["relative"] <= 1e-4 for r in pairs)
     outputs = [r for r in data["rows"] if r["a"] and r["a"]["name"] == "last_hidden_state"]
     assert outputs and outputs[0]["b"]["name"] == "last_hidden_state" and outputs[0]["mark"] == "="
@@ -91,15 +91,15 @@ def test_llama_exporters_align_and_the_output_names_what_differs(exports, tmp_pa
 def test_corpus_exporter_pairs_align_with_every_graph_output_paired(exports, name):
     dynamo, torchscript = exports[name]
     result = align(dynamo, torchscript, name)
-    assert result["first_divergence"] is None
+    assert result.first_divergence is None
     pairs = float_pairs(result)
-    assert len(pairs) > 50 and all(r["mark"] == "=" for r in pairs)
+    assert len(pairs) > 50 and all(r.mark == "=" for r in pairs)
     outputs = [o.name for o in onnx.load(str(dynamo), load_external_data=False).graph.output]
-    paired = {r["a"]["name"]: r["b"]["name"] for r in pairs}
+    paired = {r.a.name: r.b.name for r in pairs}
     assert all(paired.get(o) == o for o in outputs), "each graph output is paired with the same output of B"
     # more than half of A's float results find their counterpart, though no name is shared
-    floats_a = [r for r in result["rows"] if r["a"] and r["a"]["dtype"].startswith("float") and r["a"]["kind"] == "result"]
-    assert sum(1 for r in floats_a if r["b"]) > 0.5 * len(floats_a)
+    floats_a = [r for r in result.rows if r.a and r.a.dtype.startswith("float") and r.a.kind == "result"]
+    assert sum(1 for r in floats_a if r.b) > 0.5 * len(floats_a)
 
 
 def test_a_perturbed_initializer_is_the_first_divergence_on_an_exporter_pair(exports, tmp_path):
@@ -107,19 +107,19 @@ def test_a_perturbed_initializer_is_the_first_divergence_on_an_exporter_pair(exp
     module = "layers.1.mlp.down_proj"
     weight = perturb(torchscript, tmp_path / "perturbed.onnx", module)
     result = align(dynamo, tmp_path / "perturbed.onnx", "hf-llama-tiny")
-    first = result["first_divergence"]
-    assert first is not None and first["a"]["module"] == module and first["b"]["module"] == module
-    assert first["b"]["name"] in (weight, *[r["b"]["name"] for r in result["rows"] if r["b"] and r["b"]["op"] == "MatMul"])
-    before = [r for r in result["rows"][: first["row"] - 1] if r["mark"] == "~"]
+    first = result.first_divergence
+    assert first is not None and first.a.module == module and first.b.module == module
+    assert first.b.name in (weight, *[r.b.name for r in result.rows if r.b and r.b.op == "MatMul"])
+    before = [r for r in result.rows[: first.row - 1] if r.mark == "~"]
     assert before == [], "nothing diverges before it"
     later = [r for r in float_pairs(result)[-3:]]
-    assert any(r["mark"] == "~" for r in later), "the divergence reaches the outputs"
+    assert any(r.mark == "~" for r in later), "the divergence reaches the outputs"
 
     # html: one table row per aligned row, the verdict links to the highlighted first divergence, equal runs folded
-    page = alignment_html(result)
-    assert f'<a href="#row{first["row"]}">first divergence at row {first["row"]}' in page
-    assert f'<tr id="row{first["row"]}" class="first">' in page and page.count('class="first"') == 2  # among the rows around it, and in place
-    assert page.count("<tr id=\"row") == len(result["rows"]) and "Around the first divergence" in page
+    page = render(result, "html")
+    assert f'<a href="#row{first.row}">first divergence at row {first.row}' in page
+    assert f'<tr id="row{first.row}" class="first">' in page and page.count('class="first"') == 2  # among the rows around it, and in place
+    assert page.count("<tr id=\"row") == len(result.rows) and "Around the first divergence" in page
     assert "<tbody hidden>" in page and "equal rows (" in page
 
 
@@ -131,13 +131,13 @@ def test_a_perturbed_initializer_is_the_first_divergence_on_an_fp32_fp16_pair(ex
     fp16 = tmp_path / "model.fp16.onnx"
     convert_fp16(source, fp16, [], [], [make_inputs(load_profile(name), seed=1)])
     clean = align(source, fp16, name)
-    assert clean["precision"] == "fp16" and clean["aligned_by"] == "names, then execution"
-    assert clean["first_divergence"] is None, clean["first_divergence"]
-    assert max(r["relative"] for r in float_pairs(clean)) > 1e-4, "fp16 is not equal at the fp32 tolerance: the band is in use"
+    assert clean.precision == "fp16" and clean.aligned_by == "names, then execution"
+    assert clean.first_divergence is None, clean.first_divergence
+    assert max(r.relative for r in float_pairs(clean)) > 1e-4, "fp16 is not equal at the fp32 tolerance: the band is in use"
     module = "encoder.layer.1.intermediate.dense"
     perturb(fp16, tmp_path / "perturbed.onnx", module)
-    first = align(source, tmp_path / "perturbed.onnx", name)["first_divergence"]
-    assert first is not None and first["a"]["module"] == module and first["b"]["module"] == module
+    first = align(source, tmp_path / "perturbed.onnx", name).first_divergence
+    assert first is not None and first.a.module == module and first.b.module == module
 
 
 def test_inputs_that_differ_only_in_name_are_fed_by_position(exports, tmp_path):
@@ -148,16 +148,16 @@ def test_inputs_that_differ_only_in_name_are_fed_by_position(exports, tmp_path):
     next(i for i in model.graph.input if i.name == "input_ids").name = "input0"
     onnx.save(model, str(tmp_path / "renamed.onnx"))
     result = align(dynamo, tmp_path / "renamed.onnx", "hf-bert-tiny")
-    assert result["inputs"] == ["B's input 'input0' fed A's 'input_ids' (matched by position, dtype and rank)"]
-    assert result["first_divergence"] is None
+    assert result.inputs == ["B's input 'input0' fed A's 'input_ids' (matched by position, dtype and rank)"]
+    assert result.first_divergence is None
 
 
 def test_nodes_keeps_a_subset(exports):
     dynamo, torchscript = exports["hf-bert-tiny"]
     result = align(dynamo, torchscript, "hf-bert-tiny", nodes=r"layer\.0\.")
-    kept = [side for r in result["rows"] for side in (r["a"], r["b"]) if side and side["kind"] != "input"]
-    assert kept and all(".layer.0." in "." + side["module"] + "." or "layer.0" in side["node"] for side in kept)
-    assert result["first_divergence"] is None and float_pairs(result)
+    kept = [side for r in result.rows for side in (r.a, r.b) if side and side.kind != "input"]
+    assert kept and all(".layer.0." in "." + side.module + "." or "layer.0" in side.node for side in kept)
+    assert result.first_divergence is None and float_pairs(result)
 
 
 def test_exporters_compares_both_exports_with_torch_and_each_other(tmp_path):
@@ -192,10 +192,10 @@ def test_our_optimized_graph_aligns_with_another_optimizers(exports, tmp_path, o
         other = onnxscript_optimizer.optimize(onnx.load(str(source)))
     onnx.save(other, str(tmp_path / "other.onnx"))
     result = align(tmp_path / "model.opt.onnx", tmp_path / "other.onnx", "hf-bert-tiny")
-    assert result["first_divergence"] is None
+    assert result.first_divergence is None
     pairs = float_pairs(result)
-    assert all(r["mark"] == "=" for r in pairs)
+    assert all(r.mark == "=" for r in pairs)
     outputs = [o.name for o in onnx.load(str(tmp_path / "model.opt.onnx"), load_external_data=False).graph.output]
-    assert all(any(r["a"]["name"] == o and r["b"]["name"] == o for r in pairs) for o in outputs)
-    floats_b = [r for r in result["rows"] if r["b"] and r["b"]["dtype"].startswith("float") and r["b"]["kind"] == "result"]
-    assert sum(1 for r in floats_b if r["a"]) > 0.8 * len(floats_b), "most of B's float results find their counterpart in A"
+    assert all(any(r.a.name == o and r.b.name == o for r in pairs) for o in outputs)
+    floats_b = [r for r in result.rows if r.b and r.b.dtype.startswith("float") and r.b.kind == "result"]
+    assert sum(1 for r in floats_b if r.a) > 0.8 * len(floats_b), "most of B's float results find their counterpart in A"

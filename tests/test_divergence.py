@@ -157,9 +157,9 @@ def test_compare_header_in_argument_order_full_names_and_modules(broken_bert, tm
     assert run_cli("optimize", str(path), "-o", str(optimized)).returncode == 0
     result = run_cli("compare", str(optimized), str(path), "--profile", strict, "--top", "40")
     assert result.returncode == 0, result.stderr
-    header, _, columns, *rows = result.stdout.splitlines()
-    assert header.startswith(f"A {optimized} vs B {path}:")
-    assert "module" in columns
+    verdict, header, legend, columns, *rows = result.stdout.splitlines()
+    assert verdict.startswith("largest error growth at ") and header.startswith(f"A {optimized} vs B {path}:")
+    assert legend.startswith("error: max |B-A| / max |A|") and "module" in columns
     import onnx
 
     names = {n.name for n in onnx.load(str(optimized), load_external_data=False).graph.node}

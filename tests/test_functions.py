@@ -80,16 +80,16 @@ def test_compare_torch_folds_the_modules_inside_each_function_into_one_line(expo
     """Issue 27: `compare --torch` on an export with functions listed every submodule of each function call as
     "not mapped" (183 lines for bert-tiny); the text shows one line per function call instead (JSON keeps every row)."""
     from pipeline.diagnose.divergence import compare_to_torch
-    from pipeline.diagnose.render import torch_text
+    from pipeline.diagnose.render import render
     from pipeline.models.module import build_module
 
     profile, _, functions = exports
     result, _ = compare_to_torch(profile, build_module(profile)[0], functions, make_inputs(profile, seed=30_000), tmp_path)
-    inside = [r for r in result["rows"] if r["tensor"] is None and r["module"].startswith("encoder.layers.")]
+    inside = [r for r in result.rows if r.tensor is None and r.module.startswith("encoder.layers.")]
     assert len(inside) > LAYERS * 5
-    lines = torch_text(result).splitlines()
+    lines = render(result, "text").splitlines()
     folded = [line for line in lines if ".* " in line]
     assert [line.split()[0] for line in folded] == [f"encoder.layers.{i}.*" for i in range(LAYERS)]
     assert sum(int(line.split()[1]) for line in folded) == len(inside)
     assert all("inside a module exported as a function" in line for line in folded)
-    assert len(lines) == 3 + len(result["rows"]) - len(inside) + LAYERS
+    assert len(lines) == 3 + len(result.rows) - len(inside) + LAYERS

@@ -176,14 +176,14 @@ def exercise(path, original=None) -> None:
         return
     report = build_report(plan)
     for fmt in FORMATS:
-        render(report, fmt, "report")
+        render(report, fmt)
     if original is not None:
         try:
             diff = build_diff(parse_layer_info(original), parse_layer_info(path))
         except PipelineError:
             return
         for fmt in FORMATS:
-            render(diff, fmt, "diff")
+            render(diff, fmt)
 
 
 @FUZZ

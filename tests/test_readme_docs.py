@@ -81,5 +81,5 @@ def test_the_first_run_shown_prints_each_stage_once_the_docker_command_once_and_
     for stage in ("export", "optimize", "fp16", "int8", "build", "report", "diff", "bench"):
         assert sum(line.split()[:1] == [stage] for line in block) == 1, stage
     assert sum("docker run" in line for line in block) == 1
-    verdict = report_from_files(TRT_DATA / "bert-fp16-trt10.10.detailed.log")["verdict"]
+    verdict = report_from_files(TRT_DATA / "bert-fp16-trt10.10.detailed.log").verdict
     assert [line.strip() for line in block[-2:]] == ["python -m pipeline report tests/data/trt/bert-fp16-trt10.10.detailed.log", verdict]

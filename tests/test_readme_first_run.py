@@ -31,7 +31,7 @@ def test_a_cpu_run_of_the_default_profile_prints_each_stage_once_and_ends_with_t
     docker = next(line for line in result.stdout.splitlines() if "docker run" in line)
     assert docker.strip().endswith("trt-pipeline build --profile bert-tiny --onnx " + str(bert_tiny_torchscript) + " --out o --strict")
     last = [line.strip() for line in result.stdout.splitlines() if line.strip()][-2:]
-    assert last == [f"python -m pipeline report {REAL_LOG}", report_from_files(REAL_LOG)["verdict"]]
+    assert last == [f"python -m pipeline report {REAL_LOG}", report_from_files(REAL_LOG).verdict]
     assert last[1].startswith("FP16 engine: the whole network runs as 1 Myelin region")
     assert "runs code from" not in result.stdout, "the default profile's factory is ours"
     bench = run_cli("bench", "o", "--backend", "trt", cwd=tmp_path)  # the engines of a CPU build are where the Docker command says

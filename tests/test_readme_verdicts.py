@@ -19,13 +19,13 @@ def test_resnet50_int8_against_fp16_opens_with_the_speed_what_stayed_in_float_an
     files = {(prec, kind): str(TRT_DATA / RESNET50.format(prec, kind)) for prec in ("fp16", "qat_int8") for kind in ("graph", "profile")}
     line = first_line("diff", files["fp16", "graph"], files["qat_int8", "graph"], "--timing-a", files["fp16", "profile"], "--timing-b", files["qat_int8", "profile"])
     diff = diff_from_files(files["fp16", "graph"], files["qat_int8", "graph"], timing_a=files["fp16", "profile"], timing_b=files["qat_int8", "profile"])
-    time = diff["totals"]["total_time_ms"]
-    assert time["b"] < time["a"]
+    time = diff.totals["total_time_ms"]
+    assert time.b < time.a
     answer, how = line.split(" How: ")
-    assert answer.startswith(f"B (INT8) is faster: {time['b']:.3g} ms of layer time where A (FP16) takes {time['a']:.3g} ms ({time['b'] / time['a']:.2f}x)")
-    float_regions = [r for r in diff["aligned"] if r["b"] and r["b"]["precision"] != "INT8"]
+    assert answer.startswith(f"B (INT8) is faster: {time.b:.3g} ms of layer time where A (FP16) takes {time.a:.3g} ms ({time.b / time.a:.2f}x)")
+    float_regions = [r for r in diff.aligned if r.b and r.b.precision != "INT8"]
     assert f"; {len(float_regions)} of " in answer and "compute regions stayed in FP32" in answer
-    assert answer.endswith(f"{len(diff['qdq_layers']['b'])} standalone Q/DQ layer in B (INT8).")
+    assert answer.endswith(f"{len(diff.b.breakdown.qdq_layers)} standalone Q/DQ layer in B (INT8).")
     assert how.startswith("the engines share too few ONNX node names to join")
 
 

@@ -17,7 +17,7 @@ LAYER_FILES = sorted(p.name for p in TRT_DATA.iterdir() if p.suffix in (".json",
 
 @pytest.mark.parametrize("name", LAYER_FILES)
 def test_every_real_file_reports_with_the_design_keys(trt_fixtures, name):
-    report = report_from_files(trt_fixtures / name)
+    report = report_from_files(trt_fixtures / name).to_json()
     assert {"source", "layers", "summary"} <= report.keys()
     assert DESIGN_SUMMARY_KEYS <= report["summary"].keys() and all(DESIGN_LAYER_KEYS <= layer.keys() for layer in report["layers"])
     assert report["verdict"].split(": ", 1)[0] in ("FP32 engine", "FP16 engine", "INT8 engine")
@@ -30,32 +30,32 @@ def test_bert_fp16_runs_as_one_myelin_region(trt_fixtures):
     records = oneline_records(path)
     kernels = sum(kernel_graph(r["name"]) is not None for r in records)
     report = report_from_files(path)
-    s = report["summary"]
-    assert (s["layers"], s["myelin_layers"], s["myelin_graphs"]) == (len(records), kernels, 1)
-    assert s["metadata_onnx_nodes"] == len({n for r in records for n in ONNX_ENTRY.findall(r["metadata"] or "")})
+    s = report.summary
+    assert (s.layers, s.myelin_layers, s.myelin_graphs) == (len(records), kernels, 1)
+    assert s.metadata_onnx_nodes == len({n for r in records for n in ONNX_ENTRY.findall(r["metadata"] or "")})
     copies = len(records) - kernels
-    assert report["verdict"] == f"FP16 engine: the whole network runs as 1 Myelin region of {kernels} kernels (plus {copies} reformat/copy layer)"
-    assert not any("Q/DQ" in f for f in report["findings"]), "an FP16 engine gets no Q/DQ advice"
+    assert report.verdict == f"FP16 engine: the whole network runs as 1 Myelin region of {kernels} kernels (plus {copies} reformat/copy layer)"
+    assert not any("Q/DQ" in f for f in report.findings), "an FP16 engine gets no Q/DQ advice"
 
 
 def test_a_names_only_myelin_region_is_not_called_tensorrt_8(trt_fixtures):
     """TensorRT 10 lists a Myelin region as one ForeignNode layer too when only names were recorded:
     the verdict says what the listing shows, not a version it guessed."""
-    verdict = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log")["verdict"]
+    verdict = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log").verdict
     assert verdict.startswith("FP16 engine: the whole network runs as 1 Myelin region (plus 1 reformat/copy layer); its Myelin region is listed as one ForeignNode layer, not its kernels")
     assert "TensorRT 8.x lists" not in verdict
 
 
 def test_bert_resolves_in_the_torchscript_export_and_rolls_up_modules(trt_fixtures, bert_tiny_torchscript):
     report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.detailed.log", onnx=bert_tiny_torchscript)
-    s = report["summary"]
-    assert s["resolved_onnx_nodes"] / s["metadata_onnx_nodes"] >= 0.95
-    modules = {m["module"]: m for m in report["modules"]}
+    s = report.summary
+    assert s.resolved_onnx_nodes / s.metadata_onnx_nodes >= 0.95
+    modules = {m.module: m for m in report.modules}
     encoder_layers = [f"encoder/layers.{i}" for i in range(12)]
     # every encoder layer runs as Myelin kernels of graph 0: QKV gemm, attention, out-proj, LN, FFN fusion, FFN out, LN
-    assert [modules[name]["myelin_kernels"] for name in encoder_layers] == [7] * 12
-    assert report["coverage"]["not_in_layers"]["compute"]["count"] == 0
-    assert report["fusion_map"]["order"] == "onnx"
+    assert [modules[name].myelin_kernels for name in encoder_layers] == [7] * 12
+    assert report.coverage.not_in_layers["compute"] == []
+    assert report.fusion_map["order"] == "onnx"
 
 
 def test_a_dynamo_export_beside_a_torchscript_built_engine_says_which_exporter(trt_fixtures, bert_tiny_torchscript, tmp_path):
@@ -67,38 +67,38 @@ def test_a_dynamo_export_beside_a_torchscript_built_engine_says_which_exporter(t
     log = trt_fixtures / "bert-fp16-trt10.10.detailed.log"
     hint = "export with `--exporter torchscript`"
     dynamo = report_from_files(log, onnx=tmp_path / "dynamo.onnx")
-    assert dynamo["summary"]["resolved_onnx_nodes"] == 0 and any(hint in finding for finding in dynamo["findings"])
-    assert not any(hint in finding for finding in report_from_files(log, onnx=bert_tiny_torchscript)["findings"])
+    assert dynamo.summary.resolved_onnx_nodes == 0 and any(hint in finding for finding in dynamo.findings)
+    assert not any(hint in finding for finding in report_from_files(log, onnx=bert_tiny_torchscript).findings)
 
 
 def test_names_only_range_resolves_over_the_onnx_order(trt_fixtures, bert_tiny_torchscript):
     report = report_from_files(trt_fixtures / "bert-fp16-trt10.10.layer_names_only.log", onnx=bert_tiny_torchscript)
-    foreign = report["layers"][0]
-    assert foreign["mapping"] == "range"
-    assert "/match_model/Squeeze" in foreign["onnx_nodes"] and "/encoder/layers.5/mha/attn/MatMul" in foreign["onnx_nodes"]
-    assert any("/encoder/Unsqueeze_3" in f and "boundary" in f for f in report["findings"])
-    finding = next(f for f in report["findings"] if "LAYER_NAMES_ONLY" in f)
+    foreign = report.layers[0]
+    assert foreign.mapping == "range"
+    assert "/match_model/Squeeze" in foreign.onnx_nodes and "/encoder/layers.5/mha/attn/MatMul" in foreign.onnx_nodes
+    assert any("/encoder/Unsqueeze_3" in f and "boundary" in f for f in report.findings)
+    finding = next(f for f in report.findings if "LAYER_NAMES_ONLY" in f)
     assert "--verbosity detailed" in finding and "--profilingVerbosity=detailed" in finding
 
 
 def test_two_profiles_count_one_graph_per_profile(trt_fixtures):
     report = report_from_files(trt_fixtures / "trt10.16_engineinspector_oneline_fp16_2profiles.log")
-    s = report["summary"]
-    assert (s["profiles"], s["myelin_graphs"], s["myelin_graphs_per_profile"]) == (2, 1, [1, 1])
-    assert report["verdict"].endswith("in each of its 2 optimization profiles")
+    s = report.summary
+    assert (s.profiles, s.myelin_graphs, s.myelin_graphs_per_profile) == (2, 1, [1, 1])
+    assert report.verdict.endswith("in each of its 2 optimization profiles")
 
 
 def test_int8_engine_gets_q_dq_advice_and_fp16_does_not(trt_fixtures):
     int8 = report_from_files(trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json")
     raw = json.loads((trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json").read_text())["Layers"]
-    assert int8["summary"]["precision"] == "INT8"
-    assert any("lint-qdq" in f for f in int8["findings"])
-    standalone = [r for r in int8["regions"] if r["qdq"]]
-    assert standalone and all(raw[r["layers"][0]].endswith("QuantizeLinear") or "QuantizeLinear_clone" in raw[r["layers"][0]] for r in standalone)
+    assert int8.summary.precision == "INT8"
+    assert any("lint-qdq" in f for f in int8.findings)
+    standalone = [r for r in int8.regions if r.qdq]
+    assert standalone and all(raw[r.indices[0]].endswith("QuantizeLinear") or "QuantizeLinear_clone" in raw[r.indices[0]] for r in standalone)
     for name in ("trt10.16_detailed_mnist_myelin.layers.json", "trex_tf_resnet50_RTX3090_fp16.graph.json", "trt82_swin_tiny_fp16_T4_builder_layers.log"):
         report = report_from_files(trt_fixtures / name)
-        assert report["summary"]["precision"] in ("FP16", "FP32")
-        assert not any("Q/DQ" in f or "lint-qdq" in f for f in report["findings"] + [report["verdict"]]), name
+        assert report.summary.precision in ("FP16", "FP32")
+        assert not any("Q/DQ" in f or "lint-qdq" in f for f in report.findings + [report.verdict]), name
 
 
 def test_timing_and_profile_wording(trt_fixtures):
@@ -106,8 +106,8 @@ def test_timing_and_profile_wording(trt_fixtures):
     profile = trt_fixtures / "trt852_namesonly_yolo_qdq_int8.profile.json"
     report = report_from_files(layers, timing=profile)
     records = [r for r in json.loads(profile.read_text()) if "name" in r]
-    assert report["summary"]["timed_layers"] == len(records)
-    assert report["summary"]["total_time_ms"] == pytest.approx(sum(r["averageMs"] for r in records))
+    assert report.summary.timed_layers == len(records)
+    assert report.summary.total_time_ms == pytest.approx(sum(r["averageMs"] for r in records))
     wrong_way = run_cli("report", str(profile))
     assert wrong_way.returncode == 2
     assert "pass this file with --timing" in wrong_way.stderr and "expected it passed" not in wrong_way.stderr

@@ -2,8 +2,8 @@
 particular), rolled up to the torch modules they came from, with a one-sentence verdict and findings
 a user can act on.
 
-`build_report(plan, graph)` returns a plain dict whose keys `source`, `layers` and `summary` are fixed
-by DESIGN.md; it adds `verdict`, `regions`, `breakdown`, `coverage`, `modules` and `findings`.
+`build_report(plan, graph)` returns the typed report (trt/views.py); its `to_json()` has the keys DESIGN.md
+fixes (`source`, `layers`, `summary`) and `verdict`, `regions`, `breakdown`, `coverage`, `modules`, `findings`.
 """
 
 from __future__ import annotations
@@ -15,88 +15,36 @@ from pipeline.core.graph import DATA_MOVEMENT_OPS, QDQ_OPS
 from pipeline.core.scopes import scope_of_name
 from trt.fusion_map import report_map
 from trt.onnx_graph import OnnxGraph
-from trt.plan import MAPPING_RANGE, EnginePlan, Layer, Region, paused_gc
+from trt.plan import MAPPING_RANGE, EnginePlan, Region, paused_gc
+from trt.views import Breakdown, Coverage, ModuleRow, Report, Source, Summary
 
 ROOT = "(root)"
 UNMAPPED = "(no ONNX node)"
 
 
-def build_report(plan: EnginePlan, graph: OnnxGraph | None = None, depth: int = 2, unmatched_timing: list[str] | None = None) -> dict[str, Any]:
+def build_report(plan: EnginePlan, graph: OnnxGraph | None = None, depth: int = 2, unmatched_timing: list[str] | None = None) -> Report:
     if graph is not None:
         _resolve_ranges(plan, graph)
     referenced = list(dict.fromkeys(n for layer in plan.layers for n in layer.onnx_nodes))
     timed = [layer for layer in plan.layers if layer.time_ms is not None]
-    resolved = [n for n in referenced if n in graph.by_name] if graph else None
     per_profile = myelin_graphs_per_profile(plan)
-    summary = {
-        "layers": len(plan.layers),
-        "myelin_layers": sum(layer.myelin for layer in plan.layers),
-        "myelin_graphs": per_profile[0],
-        "metadata_onnx_nodes": len(referenced),
-        "resolved_onnx_nodes": len(resolved) if resolved is not None else None,
-        "unresolved_onnx_nodes": [n for n in referenced if n not in graph.by_name] if graph else [],
-        "timed_layers": len(timed),
-        "total_time_ms": round(sum(layer.time_ms for layer in timed), 6) if timed else None,
-        "profiles": plan.profiles,
-        "myelin_graphs_per_profile": per_profile,
-        "regions": len(plan.regions),
-        "precision": engine_precision(plan),
-    }
-    return {
-        "source": {
-            "layer_info": plan.source,
-            "format": plan.format,
-            "verbosity": plan.verbosity,
-            "onnx": graph.path if graph else None,
-            "io_tensors": plan.io_tensors,
-            "build": plan.build,
-            "builds": [vars(b) for b in plan.builds],
-        },
-        "verdict": verdict(plan),
-        "layers": [_layer_json(layer) for layer in plan.layers],
-        "regions": [region_json(region) for region in plan.regions],
-        "summary": summary,
-        "breakdown": _breakdown(plan),
-        "coverage": _coverage(graph, set(referenced)) if graph else None,
-        "modules": rollup(plan, graph, depth),
-        "module_depth": depth,
-        "findings": _findings(plan, summary, graph, unmatched_timing or []),
-        "fusion_map": report_map(plan, graph),
-    }
-
-
-def _layer_json(layer: Layer) -> dict[str, Any]:
-    return {
-        "name": layer.name,
-        "type": layer.type,
-        "myelin": layer.myelin,
-        "myelin_graph": layer.myelin_graph,
-        "onnx_nodes": layer.onnx_nodes,
-        "precision": layer.precision,
-        "time_ms": layer.time_ms,
-        "mapping": layer.mapping,
-        "origin": layer.origin,
-        "tactic": layer.tactic,
-        "profile": layer.profile,
-        "region": layer.region,
-    }
-
-
-def region_json(region: Region) -> dict[str, Any]:
-    return {
-        "index": region.index,
-        "kind": region.kind,
-        "name": region.name,
-        "type": region.type,
-        "profile": region.profile,
-        "myelin_graph": region.myelin_graph,
-        "compute": region.compute,
-        "qdq": region.qdq,
-        "layers": region.indices,
-        "onnx_node_count": len(region.onnx_nodes),
-        "precision": region.precision,
-        "time_ms": region.time_ms,
-    }
+    summary = Summary(
+        layers=len(plan.layers),
+        myelin_layers=sum(layer.myelin for layer in plan.layers),
+        myelin_graphs=per_profile[0],
+        metadata_onnx_nodes=len(referenced),
+        resolved_onnx_nodes=sum(n in graph.by_name for n in referenced) if graph else None,
+        unresolved_onnx_nodes=[n for n in referenced if n not in graph.by_name] if graph else [],
+        timed_layers=len(timed),
+        total_time_ms=round(sum(layer.time_ms for layer in timed), 6) if timed else None,
+        profiles=plan.profiles,
+        myelin_graphs_per_profile=per_profile,
+        regions=len(plan.regions),
+        precision=engine_precision(plan),
+    )
+    source = Source(plan.source, plan.format, plan.verbosity, graph.path if graph else None, plan.io_tensors, plan.build, plan.builds)
+    return Report(plan, source, verdict(plan), summary, _breakdown(plan), _coverage(graph, set(referenced)) if graph else None,
+                  rollup(plan, graph, depth), depth, _findings(plan, summary, graph, unmatched_timing or []), report_map(plan, graph))
 
 
 # ---------------------------------------------------------------- model-level facts
@@ -201,17 +149,17 @@ def _position(graph: OnnxGraph, name: str) -> int | None:
     return graph.producers.get(name)  # TensorRT sometimes names a region by a tensor
 
 
-def _breakdown(plan: EnginePlan) -> dict[str, Any]:
+def _breakdown(plan: EnginePlan) -> Breakdown:
     kernels = Counter(layer.myelin_graph for layer in plan.layers if layer.myelin)
-    return {
-        "layer_types": dict(Counter(layer.type for layer in plan.layers).most_common()),
-        "precisions": dict(Counter(layer.precision or "unknown" for layer in plan.layers).most_common()),
-        "myelin_kernels_per_graph": {str(g): n for g, n in sorted(kernels.items())},
-        "qdq_layers": [layer.name for layer in plan.layers if layer.qdq],
-    }
+    return Breakdown(
+        layer_types=dict(Counter(layer.type for layer in plan.layers).most_common()),
+        precisions=dict(Counter(layer.precision or "unknown" for layer in plan.layers).most_common()),
+        myelin_kernels_per_graph={str(g): n for g, n in sorted(kernels.items())},
+        qdq_layers=[layer.name for layer in plan.layers if layer.qdq],
+    )
 
 
-def _coverage(graph: OnnxGraph, referenced: set[str]) -> dict[str, Any]:
+def _coverage(graph: OnnxGraph, referenced: set[str]) -> Coverage:
     """ONNX nodes that appear in no layer, split by why that is expected or not."""
     folded = graph.constant_like()
     groups: dict[str, list[str]] = {"folded_constants_and_shapes": [], "data_movement": [], "qdq": [], "compute": []}
@@ -226,11 +174,7 @@ def _coverage(graph: OnnxGraph, referenced: set[str]) -> dict[str, Any]:
             groups["data_movement"].append(node.name)
         else:
             groups["compute"].append(node.name)
-    return {
-        "onnx_nodes": len(graph.nodes),
-        "in_layers": sum(1 for n in graph.nodes if n.name in referenced),
-        "not_in_layers": {key: {"count": len(names), "nodes": names} for key, names in groups.items()},
-    }
+    return Coverage(len(graph.nodes), sum(1 for n in graph.nodes if n.name in referenced), groups)
 
 
 def module_of(name: str, graph: OnnxGraph | None, depth: int) -> str:
@@ -239,7 +183,7 @@ def module_of(name: str, graph: OnnxGraph | None, depth: int) -> str:
     return "/".join(scope[:depth]) or ROOT
 
 
-def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[str, Any]]:
+def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[ModuleRow]:
     """Per torch module (scope truncated to `depth`): ONNX nodes, engine layers, Myelin kernels, time.
 
     A layer counts in every module it has nodes of; its time is shared among them by node count.
@@ -273,19 +217,16 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[dict[s
     names = [n.name for n in graph.nodes if n.name not in folded] if graph else {n for layer in plan.layers for n in layer.onnx_nodes}
     for name in names:
         rows[module_for(name)]["onnx_nodes"] += 1
-    return [
-        {"module": module, **{k: v for k, v in row.items() if k != "precisions"}, "precisions": dict(row["precisions"]),
-         "time_ms": round(row["time_ms"], 6) if row["time_ms"] is not None else None}
-        for module, row in rows.items()
-    ]
+    return [ModuleRow(module, row["onnx_nodes"], row["layers"], row["myelin_kernels"], round(row["time_ms"], 6) if row["time_ms"] is not None else None,
+                      dict(row["precisions"])) for module, row in rows.items()]
 
 
-def _findings(plan: EnginePlan, summary: dict[str, Any], graph: OnnxGraph | None, unmatched_timing: list[str]) -> list[str]:
+def _findings(plan: EnginePlan, summary: Summary, graph: OnnxGraph | None, unmatched_timing: list[str]) -> list[str]:
     findings = list(plan.notes)
     regions = [r for r in plan.regions if r.profile == 0 and r.compute]
     myelin = [r for r in regions if r.kind == "myelin"]
     outside = [r for r in regions if r.kind != "myelin"]
-    int8 = summary["precision"] == "INT8"
+    int8 = summary.precision == "INT8"
     if len(myelin) > 1 or (myelin and outside):
         types = ", ".join(f"{t} {n}" for t, n in Counter(r.type for r in outside if r.type != "unknown").most_common(4))
         advice = (
@@ -301,7 +242,7 @@ def _findings(plan: EnginePlan, summary: dict[str, Any], graph: OnnxGraph | None
     if plan.profiles > 1:
         findings.append(
             f"the engine has {plan.profiles} optimization profiles, each with its own copy of the layers "
-            f"(Myelin graphs per profile: {', '.join(map(str, summary['myelin_graphs_per_profile']))}); the verdict and the diff read profile 0"
+            f"(Myelin graphs per profile: {', '.join(map(str, summary.myelin_graphs_per_profile))}); the verdict and the diff read profile 0"
         )
     qdq = [layer for layer in plan.layers if layer.qdq]
     if qdq:
@@ -310,25 +251,25 @@ def _findings(plan: EnginePlan, summary: dict[str, Any], graph: OnnxGraph | None
             "Expected for the network input; elsewhere TensorRT could not fuse the Q/DQ into a neighbouring "
             "GEMM/Conv: `python -m pipeline lint-qdq` names the placements TensorRT's rules reject"
         )
-    if graph is not None and summary["unresolved_onnx_nodes"]:
-        count, total = len(summary["unresolved_onnx_nodes"]), summary["metadata_onnx_nodes"]
+    if graph is not None and summary.unresolved_onnx_nodes:
+        count, total = len(summary.unresolved_onnx_nodes), summary.metadata_onnx_nodes
         findings.append(
             f"{count} of {total} ONNX node names in the engine are not in {graph.path} "
-            f"(e.g. {summary['unresolved_onnx_nodes'][0]!r}): pass the ONNX file the engine was built from{_exporter_hint(summary, graph)}"
+            f"(e.g. {summary.unresolved_onnx_nodes[0]!r}): pass the ONNX file the engine was built from{_exporter_hint(summary, graph)}"
         )
     if unmatched_timing:
         findings.append(f"{len(unmatched_timing)} timing entries match no layer (e.g. {unmatched_timing[0]!r}): is the profile from this engine?")
     return findings
 
 
-def _exporter_hint(summary: dict[str, Any], graph: OnnxGraph) -> str:
+def _exporter_hint(summary: Summary, graph: OnnxGraph) -> str:
     """When the engine's names are TorchScript's (`/encoder/layers.3/MatMul`) and the file's are not (the dynamo
     exporter's `node_MatMul_12`): the model was exported by the other exporter."""
     def torchscript_share(names) -> float:
         names = list(names)
         return sum(name.startswith("/") for name in names) / max(1, len(names))
 
-    if torchscript_share(summary["unresolved_onnx_nodes"]) > 0.5 and torchscript_share(graph.by_name) < 0.1:
+    if torchscript_share(summary.unresolved_onnx_nodes) > 0.5 and torchscript_share(graph.by_name) < 0.1:
         return ("; the engine's names are the TorchScript exporter's and this file's are not: export with `--exporter torchscript` "
                 "(python -m pipeline export --exporter torchscript -o model.onnx, or [export] exporter in the profile)")
     return ""
@@ -342,7 +283,7 @@ def load_plan(layer_info, timing=None, input_format: str = "auto", build: int | 
     return plan, merge_timing(plan, parse_timing(timing)) if timing else []
 
 
-def report_from_files(layer_info, onnx=None, timing=None, input_format: str = "auto", depth: int = 2, build: int | None = None) -> dict[str, Any]:
+def report_from_files(layer_info, onnx=None, timing=None, input_format: str = "auto", depth: int = 2, build: int | None = None) -> Report:
     """Parse a layer-information file (+ optional ONNX model and trtexec profile) into a report."""
     graph = None
     if onnx:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from pipeline.cli.app import app, console, emit
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pipeline.diagnose.compare import Alignment, NodeComparison
+    from pipeline.diagnose.divergence import ExportersComparison, TorchComparison
 
 
 @app.command(
@@ -76,7 +80,7 @@ def compare(
     torch_model: Annotated[bool, typer.Option("--torch", help="Compare the ONNX file with the profile's torch model, module by module.")] = False,
     exporters: Annotated[bool, typer.Option("--exporters", help="Export --profile's model with both exporters (in a temporary folder), compare each with torch module by module and the two with each other by alignment.")] = False,
     inputs: Annotated[Optional[Path], typer.Option(help="Inputs .npz: one array per model input, samples on axis 0.")] = None,
-    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from (with --torch: the model; default bert-tiny).")] = None,
+    profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from (with --torch: the model) [default: the one the build's manifest records (the ONNX file's folder); with --torch, else bert-tiny].")] = None,
     samples: Annotated[int, typer.Option(min=1, max=256, help="Synthetic samples (with --profile).")] = 4,
     top: Annotated[int, typer.Option(min=1, help="Nodes to list.")] = 15,
     dump: Annotated[Optional[Path], typer.Option(help="With --torch: write each module's inputs and outputs to DIR/<module>.npz.")] = None,
@@ -85,52 +89,47 @@ def compare(
     nodes: Annotated[Optional[str], typer.Option(help="Aligned: keep only the results of nodes whose name, op or module matches this regex.")] = None,
     max_trace_mb: Annotated[Optional[float], typer.Option(min=1, help="Aligned: refuse to run when keeping every result needs more memory than this [default: 4096].")] = None,
     tolerance: Annotated[Optional[float], typer.Option(min=0, help="Aligned: max |B-A| / max |A| under which a pair is equal [default: by precision, fp32 1e-4, fp16 2e-2, int8 0.1].")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json (html: aligned only).")] = "text",
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text, json or html: the same comparison and verdict in each.")] = "text",
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
-    import json
-
+    from pipeline.artifacts import recorded_profile
     from pipeline.core.fileio import check_outputs
-    from pipeline.diagnose.render import aligned_output, node_errors_text, torch_text
+    from pipeline.diagnose.render import FORMATS, render
 
-    if fmt not in ("text", "json", "html"):
+    if fmt not in FORMATS:
         raise PipelineError(f"--format {fmt!r}: use text, json or html")
-    if torch_model and fmt == "html":
-        raise PipelineError("--format html shows two aligned executions: use text or json with --torch")
-    is_json = fmt == "json"
     if exporters:
         if reference is not None or torch_model:
             raise PipelineError("compare --exporters makes its two models from --profile: give no ONNX file and no --torch")
         if profile is None:
             raise PipelineError("compare --exporters needs --profile NAME: the model to export with both exporters")
         check_outputs([output], [inputs])
-        emit(aligned_output(_compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance), fmt, show_all), output, is_json=is_json)
-        return
-    if reference is None:
+        result = _compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance)
+    elif reference is None:
         raise PipelineError("compare: give two ONNX files (A, the reference, then B), one with --torch, or --exporters --profile NAME")
-    if torch_model:
+    elif torch_model:
         if candidate is not None:
             raise PipelineError(f"compare --torch takes one ONNX file (the torch model comes from --profile); drop {candidate}")
         check_outputs([output], [reference, inputs])
-        result = _compare_torch(reference, profile or DEFAULT_PROFILE, inputs, dump)
-        emit(json.dumps(result, indent=2) + "\n" if is_json else torch_text(result), output, is_json=is_json)
-        return
-    if candidate is None:
-        raise PipelineError("compare: give two ONNX files (A, the reference, then B), or one with --torch")
-    if dump is not None:
-        raise PipelineError("--dump writes the torch modules' inputs and outputs: use it with --torch")
-    if (inputs is None) == (profile is None):
-        raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME")
-    check_outputs([output], [reference, candidate, inputs])
-    if align or show_all or nodes or fmt == "html" or not _same_graph(reference, candidate):
-        aligned = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
-        emit(aligned_output(aligned, fmt, show_all), output, is_json=is_json)
-        return
-    result = _compare_onnx(reference, candidate, inputs, profile, samples)
-    emit(json.dumps(result, indent=2) + "\n" if is_json else node_errors_text(result, top), output, is_json=is_json)
+        result = _compare_torch(reference, profile or recorded_profile(reference) or DEFAULT_PROFILE, inputs, dump)
+    else:
+        if candidate is None:
+            raise PipelineError("compare: give two ONNX files (A, the reference, then B), or one with --torch")
+        if dump is not None:
+            raise PipelineError("--dump writes the torch modules' inputs and outputs: use it with --torch")
+        if inputs is None and profile is None:
+            profile = recorded_profile(reference) or recorded_profile(candidate)
+        if (inputs is None) == (profile is None):
+            raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME (files of a build folder use the profile its manifest records)")
+        check_outputs([output], [reference, candidate, inputs])
+        if align or show_all or nodes or not _same_graph(reference, candidate):
+            result = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
+        else:
+            result = _compare_onnx(reference, candidate, inputs, profile, samples)
+    emit(render(result, fmt, show_all, top), output, is_json=fmt == "json")
 
 
-def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> dict:
+def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> NodeComparison:
     import tempfile
 
     from pipeline.diagnose.compare import compare_models
@@ -162,7 +161,7 @@ def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], co
 
 
 def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
-                max_trace_mb: Optional[float], tolerance: Optional[float]) -> dict:
+                max_trace_mb: Optional[float], tolerance: Optional[float]) -> Alignment:
     import re
     import tempfile
 
@@ -178,12 +177,13 @@ def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profil
         return align_models(reference, candidate, feeds, Path(workdir), nodes, max_trace_mb, tolerance)
 
 
-def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str], max_trace_mb: Optional[float], tolerance: Optional[float]) -> dict:
+def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str], max_trace_mb: Optional[float], tolerance: Optional[float]) -> ExportersComparison:
     """Both exports of the profile's model, each against torch module by module, and aligned with each other."""
     import tempfile
+    from dataclasses import replace
 
     from pipeline.core.profiles import load_profile
-    from pipeline.diagnose.divergence import compare_to_torch
+    from pipeline.diagnose.divergence import ExportCheck, ExportersComparison, compare_to_torch
     from pipeline.export import export_model
     from pipeline.models.module import build_module
 
@@ -201,14 +201,12 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
             feeds = _torch_feeds(loaded, path, inputs)
             with console.status(f"comparing the {exporter} export with torch, module by module"):
                 modules, _ = compare_to_torch(loaded, module, path, feeds, folder)
-            torch_side[exporter] = {"outputs_max_abs_diff": exported.max_abs_diff, "nodes": exported.nodes, "modules": modules["modules"],
-                                    "mapped": modules["mapped"], "tolerance": modules["tolerance"], "first_diverging": modules["first_diverging"],
-                                    "worst_module": max((r for r in modules["rows"] if r["max_abs_diff"] is not None), key=lambda r: r["max_abs_diff"], default=None)}
+            worst = max((r for r in modules.rows if r.max_abs_diff is not None), key=lambda r: r.max_abs_diff, default=None)
+            torch_side[exporter] = ExportCheck(exported.max_abs_diff, exported.nodes, modules.modules, modules.mapped, modules.tolerance, modules.first_diverging, worst)
         aligned = _align_onnx(paths["dynamo"], paths["torchscript"], inputs, profile, nodes, max_trace_mb, tolerance)
-    aligned["a"], aligned["b"] = "dynamo export", "torchscript export"
-    errors = {e: side["outputs_max_abs_diff"] for e, side in torch_side.items()}
+    errors = {e: side.outputs_max_abs_diff for e, side in torch_side.items()}
     closer = None if errors["dynamo"] == errors["torchscript"] else min(errors, key=errors.get)
-    return {"profile": loaded.name, "torch": torch_side, "closer_to_torch": closer, "alignment": aligned}
+    return ExportersComparison(loaded.name, torch_side, closer, replace(aligned, a="dynamo export", b="torchscript export"))
 
 
 def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
@@ -224,7 +222,7 @@ def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
     return feeds
 
 
-def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> dict:
+def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> TorchComparison:
     import tempfile
 
     from pipeline.core.onnxfile import load_onnx

@@ -64,7 +64,7 @@ def report(
     from trt.report import report_from_files
 
     data = report_from_files(layer_info, onnx, timing, input_format.value, depth, build)
-    emit(render(data, fmt.value, "report", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+    emit(render(data, fmt.value, all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
 
 
 @app.command(
@@ -108,7 +108,7 @@ def diff(
     elif b is None or a_precision or b_precision:
         raise PipelineError("diff: give two layer information files (A B), or a build's output folder with --a and --b")
     data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth, build_a, build_b)
-    emit(render(data, fmt.value, "diff", all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+    emit(render(data, fmt.value, all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
 
 
 def _engines_of_build(folder: Path, a: Optional[str], b: Optional[str]):
@@ -155,6 +155,7 @@ def bench(
 ) -> None:
     from rich.progress import Progress
 
+    from pipeline.artifacts import recorded_profile
     from pipeline.core import seeds
     from pipeline.core.fileio import check_outputs, write_json
     from pipeline.core.profiles import load_profile
@@ -162,7 +163,7 @@ def bench(
     from trt.bench import bench as run_bench
     from trt.bench import plot
 
-    loaded = load_profile(profile or _recorded_profile(artifact))
+    loaded = load_profile(profile or recorded_profile(artifact) or DEFAULT_PROFILE)
     if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing
@@ -195,13 +196,6 @@ def bench(
     for label, why in result.get("not_timed", {}).items():
         out.print(f"{label:>6}: not timed: {why}", highlight=False, markup=False)
     out.print(f"wrote {target} and {target.with_suffix('.png')}", highlight=False, markup=False)
-
-def _recorded_profile(artifact: Path) -> str:
-    """The profile the build of ARTIFACT (a build folder, or a file in one) records, else the default profile."""
-    from pipeline.artifacts import read_build
-
-    folder = artifact if artifact.is_dir() else artifact.parent
-    return read_build(folder)[0] if (folder / "manifest.json").is_file() else DEFAULT_PROFILE
 
 
 def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:

@@ -5,7 +5,8 @@ Tensors are joined by name; in a Q/DQ model the output of DequantizeLinear(Quant
 is compared with x of the reference, so the error a Q/DQ adds shows at that pair. For each
 node of the reference, `growth` is its output's error minus the largest error of its inputs:
 the nodes where the error grows most are where precision is lost. Each row names the torch module
-its node came from (pipeline/core/scopes.py), when the export recorded it.
+its node came from (pipeline/core/scopes.py), when the export recorded it. `align_models` aligns two
+executions instead (align.py). Both return a typed result with its `verdict` line (render.py writes them).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 
 from pipeline.core.errors import InputError
 from pipeline.core.graph import QDQ_OPS, GraphIndex
-from pipeline.core.scopes import inline_functions_proto, module_name, node_scope
+from pipeline.core.scopes import inline_functions_proto
+from pipeline.diagnose.trace import node_modules
 
 MIN_JOINED = 0.1  # share of the reference's tensors that must be found in the candidate
 
@@ -43,7 +45,32 @@ def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
     return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(a, b, strict=True)) / scale
 
 
-def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, Any]:
+@dataclass
+class NodeComparison:
+    """Two precisions of one graph compared tensor by tensor: the error at the outputs, and per node of A."""
+
+    reference: str
+    candidate: str
+    feeds: int  # samples run
+    compared_tensors: int
+    outputs: dict[str, float | None]  # the error at each graph output (None: not compared)
+    nodes: list[NodeError]  # where the error grows most first
+
+    @property
+    def verdict(self) -> str:
+        outputs = "error at the outputs: " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in self.outputs.items())
+        if not self.nodes or max(n.error for n in self.nodes) == 0:
+            return f"B computes every one of the {self.compared_tensors} compared tensors exactly as A; {outputs}"
+        top = self.nodes[0]
+        where = f"{top.node} -> {top.qdq}" if top.qdq else top.node
+        return (f"largest error growth at {where} ({top.op_type}, module {top.module or '-'}): input err {top.input_error:.3g}, "
+                f"output err {top.error:.3g}, growth {top.growth:.3g}; {outputs}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"verdict": self.verdict}
+
+
+def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> NodeComparison:
     """Each reference node's error in the candidate over the feed sets, the nodes where it grows most first."""
     from pipeline.core.onnxfile import load_onnx
     from pipeline.diagnose.exposed import run_exposing_all
@@ -69,7 +96,7 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         raise InputError(f"{reference} and {candidate} share only {len(errors)} of {len(a)} float tensors by name: they are not "
                          "two precisions of one graph; compare models made from the same export (e.g. model.opt.onnx and model.int8.onnx)")
     rows = []
-    for node in ref_model.graph.node:
+    for node, module in zip(ref_model.graph.node, node_modules(GraphIndex.of(ref_model), {})):
         outs = [t for t in node.output if t in errors]
         if not outs:
             continue
@@ -77,12 +104,10 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         error = max(errors[t] for t in outs)
         base = max(inputs, default=0.0)
         worst = max(outs, key=lambda t: errors[t])
-        scope = module_name(node_scope(node.name, {p.key: p.value for p in node.metadata_props}))
-        rows.append(NodeError(node.name, node.op_type, worst, error, base, error - base, pair_of.get(worst), scope))
+        rows.append(NodeError(node.name, node.op_type, worst, error, base, error - base, pair_of.get(worst), module))
     rows.sort(key=lambda r: r.growth, reverse=True)
     outputs = {o.name: errors.get(o.name) for o in ref_model.graph.output}
-    return {"reference": str(reference), "candidate": str(candidate), "feeds": len(feed_sets), "compared_tensors": len(errors),
-            "outputs": outputs, "nodes": [asdict(r) for r in rows]}
+    return NodeComparison(str(reference), str(candidate), len(feed_sets), len(errors), outputs, rows)
 
 
 # ---------------------------------------------------------------- alignment by execution
@@ -108,13 +133,74 @@ def precision_of(steps: list) -> str:
     return "fp32"
 
 
-def _side(step) -> dict[str, Any]:
-    return {"kind": step.kind, "name": step.name, "op": step.op_type, "node": step.node, "module": step.module,
-            "dtype": step.dtype, "shape": list(step.shape), "fingerprint": step.summary()}
+@dataclass
+class StepSide:
+    """One side's step of an aligned row (trace.py's Step, without its values)."""
+
+    kind: str  # "input", "initializer" or "result"
+    name: str
+    op: str
+    node: str
+    module: str
+    dtype: str
+    shape: list[int]
+    fingerprint: str  # mean±std for floats, the values or their range otherwise
+
+    @classmethod
+    def of(cls, step) -> StepSide:
+        return cls(step.kind, step.name, step.op_type, step.node, step.module, step.dtype, list(step.shape), step.summary())
+
+
+@dataclass
+class AlignedRow:
+    row: int  # 1-based
+    mark: str  # "=" equal, "~" different, "-" only in A, "+" only in B
+    a: StepSide | None
+    b: StepSide | None
+    max_abs_diff: float | None
+    relative: float | None  # max_abs_diff / max |A|
+    cosine: float | None
+
+
+@dataclass
+class Alignment:
+    """Two executions aligned step by step (align.py), each pair judged; the first pair of float results that differ is the verdict."""
+
+    a: str
+    b: str
+    aligned_by: str  # "names, then execution" or "execution"
+    shared_names: int
+    a_results: int
+    precision: str  # the band's: fp32, fp16 or int8
+    tolerance: float
+    inputs: list[str]  # notes on inputs fed by position
+    not_exposed: dict[str, list[str]]
+    nodes: str | None  # the --nodes pattern
+    trace_mib: dict[str, float]
+    counts: dict[str, int]  # equal, different, only_a, only_b
+    first_divergence: AlignedRow | None
+    rows: list[AlignedRow]
+
+    @property
+    def verdict(self) -> str:
+        counts = self.counts
+        tally = (f"{len(self.rows)} rows: {counts['equal']} equal, {counts['different']} different, "
+                 f"{counts['only_a']} only in A, {counts['only_b']} only in B")
+        first = self.first_divergence
+        if first is None:
+            return f"no divergence: every paired float result is equal within {self.tolerance:g}; {tally}"
+        a, b = first.a, first.b
+        cosine = f"{first.cosine:.6f}" if first.cosine is not None else "-"
+        return (f"first divergence at row {first.row}: A {a.op or a.kind} {a.name!r} (module {a.module or '-'}) vs "
+                f"B {b.op or b.kind} {b.name!r} (module {b.module or '-'}): max_abs_diff {first.max_abs_diff:.3g}, "
+                f"cosine {cosine}; {tally}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"verdict": self.verdict}
 
 
 def align_models(reference: Path, candidate: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: str | None = None,
-                 limit_mb: float | None = None, tolerance: float | None = None) -> dict[str, Any]:
+                 limit_mb: float | None = None, tolerance: float | None = None) -> Alignment:
     """Run both models on one sample with every result kept, align the two executions
     (align.py) and judge each pair; the first pair of float results that differ is the verdict."""
     from pipeline.diagnose.align import aligned_rows
@@ -123,22 +209,18 @@ def align_models(reference: Path, candidate: Path, feeds: dict[str, np.ndarray],
     feeds_a, feeds_b, input_notes = match_inputs(reference, candidate, feeds)
     limit = limit_mb if limit_mb is not None else DEFAULT_LIMIT_MB
     a = trace_model(reference, feeds_a, workdir, nodes, limit)
-    b = trace_model(candidate, feeds_b, workdir, nodes, limit)
+    # ModelOpt's and AutoCast's models keep the node names but not their modules: B's nodes named as A's take A's
+    b = trace_model(candidate, feeds_b, workdir, nodes, limit, {s.node: s.module for s in a.steps if s.kind == "result" and s.module})
     shared, total = shared_names(reference, candidate)
     by_name = shared >= MIN_JOINED * total
     precision = max(precision_of(a.steps), precision_of(b.steps), key=list(PRECISION_BANDS).index)
     band = tolerance if tolerance is not None else PRECISION_BANDS[precision]
     rows = aligned_rows(a.steps, b.steps, by_name, band)
-    out_rows = []
-    for number, row in enumerate(rows, 1):
-        out_rows.append({"row": number, "mark": row.mark,
-                         "a": _side(a.steps[row.a]) if row.a is not None else None, "b": _side(b.steps[row.b]) if row.b is not None else None,
-                         "max_abs_diff": row.max_abs_diff, "relative": row.relative, "cosine": row.cosine})
+    out_rows = [AlignedRow(number, row.mark, StepSide.of(a.steps[row.a]) if row.a is not None else None,
+                           StepSide.of(b.steps[row.b]) if row.b is not None else None, row.max_abs_diff, row.relative, row.cosine)
+                for number, row in enumerate(rows, 1)]
     first = next((r for r, row in zip(out_rows, rows) if row.mark == "~" and row.max_abs_diff is not None and a.steps[row.a].is_float and b.steps[row.b].is_float), None)
     counts = Counter(row.mark for row in rows)
-    return {"a": str(reference), "b": str(candidate), "aligned_by": "names, then execution" if by_name else "execution",
-            "shared_names": shared, "a_results": total, "precision": precision, "tolerance": band, "inputs": input_notes,
-            "not_exposed": {"a": a.not_exposed, "b": b.not_exposed}, "nodes": nodes,
-            "trace_mib": {"a": round(a.nbytes / 2**20, 2), "b": round(b.nbytes / 2**20, 2)},
-            "counts": {"equal": counts["="], "different": counts["~"], "only_a": counts["-"], "only_b": counts["+"]},
-            "first_divergence": first, "rows": out_rows}
+    return Alignment(str(reference), str(candidate), "names, then execution" if by_name else "execution", shared, total, precision, band, input_notes,
+                     {"a": a.not_exposed, "b": b.not_exposed}, nodes, {"a": round(a.nbytes / 2**20, 2), "b": round(b.nbytes / 2**20, 2)},
+                     {"equal": counts["="], "different": counts["~"], "only_a": counts["-"], "only_b": counts["+"]}, first, out_rows)

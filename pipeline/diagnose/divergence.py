@@ -6,7 +6,8 @@ tensor exposed (exposed.py). A module maps to a tensor through the scope each ON
 records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
 that other nodes read, the last in graph order with the module's output shape is its output.
 Modules are listed in the order they finish in torch (children before their parent), so the first
-one over the tolerance is where the export first goes wrong.
+one over the tolerance is where the export first goes wrong (`TorchComparison`; `ExportersComparison`
+holds both exporters' exports against torch and their alignment, for compare --exporters).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pipeline.core.errors import InputError, first_line
 from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 from pipeline.core.scopes import NAME_SCOPES_KEY, inline_functions_proto, module_name, node_scope
+from pipeline.diagnose.compare import Alignment
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,65 @@ class ModuleError:
     max_abs_diff: float | None
     relative: float | None  # max_abs_diff / max |torch|
     note: str  # why not mapped, or that a module ran several times ("" otherwise)
+
+
+@dataclass
+class TorchComparison:
+    """An ONNX file against its torch model, module by module, in the order the modules finish in torch."""
+
+    onnx: str
+    profile: str
+    tolerance: float  # the profile's export tolerance (max |onnx - torch|)
+    modules: int
+    mapped: int  # modules mapped to an ONNX tensor
+    first_diverging: ModuleError | None  # the first over the tolerance
+    rows: list[ModuleError]
+
+    @property
+    def verdict(self) -> str:
+        first = self.first_diverging
+        if first is None:
+            return f"no mapped module exceeds the tolerance {self.tolerance:g} ({self.mapped} of {self.modules} modules mapped)"
+        return (f"first diverging module: {first.module} ({first.kind}, tensor {first.tensor!r}, max_abs_diff {first.max_abs_diff:.3g} "
+                f"over the tolerance {self.tolerance:g})")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"verdict": self.verdict}
+
+
+@dataclass
+class ExportCheck:
+    """One exporter's export of a model against torch."""
+
+    outputs_max_abs_diff: float
+    nodes: int
+    modules: int
+    mapped: int
+    tolerance: float
+    first_diverging: ModuleError | None
+    worst_module: ModuleError | None  # the largest difference
+
+
+@dataclass
+class ExportersComparison:
+    """compare --exporters: each exporter's export against torch, and the two exports aligned with each other."""
+
+    profile: str
+    torch: dict[str, ExportCheck]  # by exporter
+    closer_to_torch: str | None  # None: both as close
+    alignment: Alignment  # A: the dynamo export, B: the TorchScript one
+
+    @property
+    def verdict(self) -> str:
+        closer, divergence = self.closer_to_torch, self.alignment.first_divergence
+        other = {"dynamo": "torchscript", "torchscript": "dynamo"}
+        where = (f"the {other[closer]} export parts from it at row {divergence.row} (module {(divergence.b if closer == 'dynamo' else divergence.a).module or '-'})"
+                 if closer and divergence else "the two exports agree on every paired result" if divergence is None
+                 else f"the two exports part at row {divergence.row}")
+        return f"closer to torch: {closer} export; {where}" if closer else f"both exports are as close to torch; {where}"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"alignment": self.alignment.to_json(), "verdict": self.verdict}
 
 
 @dataclass
@@ -109,7 +170,7 @@ def module_scopes(onnx_path: Path) -> OnnxScopes:
 
 
 def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray],
-                     workdir: Path) -> tuple[dict[str, Any], dict[str, Capture]]:
+                     workdir: Path) -> tuple[TorchComparison, dict[str, Capture]]:
     """Per torch module, the error of the ONNX tensor it maps to (`first_diverging`: the first over the
     profile's export tolerance), and what each module got and returned. `module` is the profile's torch
     model (the caller builds it: export.py calls this module, so this one never imports export.py);
@@ -121,17 +182,14 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     scopes = module_scopes(onnx_path)
     if not any(scopes.by_module.values()):
         raise InputError(f"{onnx_path}: no node records the torch module it came from (no `{NAME_SCOPES_KEY}` metadata and no "
-                         "`/module/...` node names), so modules cannot be compared; compare a file written by our export stage")
+                         "`/module/...` node names), so its tensors cannot be matched to torch modules; compare --torch takes any ONNX file "
+                         "of this model whose nodes keep them: an export, or the optimize stage's model.opt.onnx (the precision stages' "
+                         "models drop them: compare model.opt.onnx with --torch, and with the quantized model by name)")
     calls = {name: capture.calls for name, capture in captures.items()}
     rows = [_compare_module(name, capture, _last_call_outputs(name, calls, scopes.by_module), scopes, values) for name, capture in captures.items()]
     tolerance = profile.export.tolerance
     first = next((r for r in rows if r.max_abs_diff is not None and not r.max_abs_diff <= tolerance), None)
-    return {
-        "onnx": str(onnx_path), "profile": profile.name, "tolerance": tolerance,
-        "modules": len(rows), "mapped": sum(r.tensor is not None for r in rows),
-        "first_diverging": asdict(first) if first else None,
-        "rows": [asdict(r) for r in rows],
-    }, captures
+    return TorchComparison(str(onnx_path), profile.name, tolerance, len(rows), sum(r.tensor is not None for r in rows), first, rows), captures
 
 
 def _last_call_outputs(name: str, calls: dict[str, int], scopes: dict[str, list[tuple[str, int]]]) -> list[tuple[str, int]]:
@@ -170,15 +228,6 @@ def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]],
     diff = float(np.max(np.abs(got - want.astype(np.float64)))) if want.size else 0.0
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     return ModuleError(name, capture.kind, tensor, list(want.shape), diff, diff / scale if scale else None, note)
-
-
-def first_diverging_line(result: dict[str, Any]) -> str:
-    """One phrase for an error message: the first module over the tolerance, or why none was found."""
-    first = result["first_diverging"]
-    if first is None:
-        return f"no mapped module exceeds it ({result['mapped']} of {result['modules']} modules mapped)"
-    return (f"first diverging module: {first['module']} ({first['kind']}, tensor {first['tensor']!r}, max_abs_diff {first['max_abs_diff']:.3g}); "
-            f"see `python -m pipeline compare --torch`")
 
 
 def dump_modules(captures: dict[str, Capture], folder: Path) -> list[Path]:

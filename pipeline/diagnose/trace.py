@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import InputError
-from pipeline.core.graph import GraphIndex
+from pipeline.core.graph import QDQ_OPS, GraphIndex
 from pipeline.core.scopes import module_name, node_scope
 
 DEFAULT_LIMIT_MB = 4096  # largest trace kept without --nodes or --max-trace-mb
@@ -121,15 +121,16 @@ def _itemsize(elem_type: int) -> int:
 
 
 def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: str | None = None,
-                limit_mb: float = DEFAULT_LIMIT_MB) -> Trace:
+                limit_mb: float = DEFAULT_LIMIT_MB, known: dict[str, str] | None = None) -> Trace:
     """Run the model on `feeds` (one sample, by its input names) with every node result exposed
-    (only the nodes whose name, op or module matches the regex `nodes`, when given)."""
+    (only the nodes whose name, op or module matches the regex `nodes`, when given). `known`: node name
+    -> module, for the nodes that record none (a model quantized from the one traced first)."""
     from pipeline.diagnose.exposed import Exposed, load_inlined, tensor_types
 
     model = load_inlined(path)
     types = tensor_types(model, feeds)
     pattern = re.compile(nodes) if nodes else None
-    modules = [module_name(node_scope(n.name, {p.key: p.value for p in n.metadata_props})) for n in model.graph.node]
+    modules = node_modules(GraphIndex.of(model), known or {})
     kept = [pattern is None or bool(pattern.search(n.name) or pattern.search(n.op_type) or pattern.search(m)) for n, m in zip(model.graph.node, modules)]
     existing = {o.name for o in model.graph.output}
     exposed, not_exposed, estimate, unknown = [], [], 0, 0
@@ -173,6 +174,32 @@ def trace_model(path: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: 
     for step in steps:
         step.key, step.stats = fingerprint(step.value)
     return Trace(path, steps, not_exposed, sum(s.value.nbytes for s in steps))
+
+
+def node_modules(graph: GraphIndex, known: dict[str, str]) -> list[str]:
+    """Each node's torch module: the one it records, else the one `known` gives its name ("" for neither).
+    A Q/DQ node the export never saw (ModelOpt inserts them) takes the module of the node it quantizes:
+    the first reader of its dequantized tensor that has one, else the node that made the tensor it quantizes."""
+    modules = [module_name(node_scope(n.name, {p.key: p.value for p in n.metadata_props})) or known.get(n.name, "") for n in graph.nodes]
+    for position, node in enumerate(graph.nodes):
+        if node.op_type in QDQ_OPS and not modules[position]:
+            modules[position] = _quantized_module(graph, position, modules)
+    return modules
+
+
+def _quantized_module(graph: GraphIndex, position: int, modules: list[str]) -> str:
+    """The module of the first non-Q/DQ reader downstream of a Q/DQ node, else of the maker upstream of it."""
+    ahead = [position]
+    while ahead:
+        for reader in (r for t in graph.nodes[ahead.pop(0)].output for r in graph.readers.get(t, ())):
+            if graph.nodes[reader].op_type in QDQ_OPS:
+                ahead.append(reader)
+            elif modules[reader]:
+                return modules[reader]
+    maker = graph.producers.get(graph.nodes[position].input[0])
+    while maker is not None and graph.nodes[maker].op_type in QDQ_OPS:
+        maker = graph.producers.get(graph.nodes[maker].input[0])
+    return modules[maker] if maker is not None else ""
 
 
 def demand_order(graph: GraphIndex) -> list[int]:

@@ -198,7 +198,7 @@ def _engine(folder: Path, built: Built) -> dict[str, Any]:
     report_html = folder / f"{precision}.report.html"
     return {
         "sha256": sha256_file(engine), "path": str(engine),
-        "layers": report["summary"]["layers"], "myelin_graphs": report["summary"]["myelin_graphs"],
-        "precision_mix": dict(Counter(layer["precision"] or "unknown" for layer in report["layers"])),
-        "verdict": report["verdict"], "report": str(report_html) if report_html.is_file() else None, "accuracy": accuracy,
+        "layers": report.summary.layers, "myelin_graphs": report.summary.myelin_graphs,
+        "precision_mix": dict(Counter(layer.precision or "unknown" for layer in report.layers)),
+        "verdict": report.verdict, "report": str(report_html) if report_html.is_file() else None, "accuracy": accuracy,
     }

@@ -33,10 +33,11 @@ def run_diff(job: Job) -> StageResult:
                                job.input(b.stage, "onnx"), job.input("build", f"{a.name}_profile"), job.input("build", f"{b.name}_profile"))
         for fmt in ("json", "html"):
             path = job.out / f"diff.{a.name}-{b.name}.{fmt}"
-            write_text(path, render(data, fmt, "diff"))
+            write_text(path, render(data, fmt))
             outputs[f"{a.name}-{b.name}_{fmt}"] = path
-        metrics[f"{a.name}-{b.name}"] = {"join": data["join"], "verdict": data["verdict"], "totals": data["totals"], "splits": len(data["splits"]),
-                                         "merges": len(data["merges"]), "findings": data["findings"]}
+        found = data.to_json()
+        metrics[f"{a.name}-{b.name}"] = {"join": data.join, "verdict": data.verdict, "totals": found["totals"], "splits": len(data.splits),
+                                         "merges": len(data.merges), "findings": data.findings}
     return StageResult(outputs, metrics)
 
 

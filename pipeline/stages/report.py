@@ -11,6 +11,8 @@ def run_report(job: Job) -> StageResult:
     built = engines_built(job)
     if not built:
         return no_engine("report", job)
+    from dataclasses import asdict
+
     from pipeline.core.fileio import write_text
     from trt.render import render
     from trt.report import report_from_files
@@ -21,9 +23,9 @@ def run_report(job: Job) -> StageResult:
         job.status(f"reporting the {prec} engine")
         data = report_from_files(job.input("build", f"{prec}_layers"), job.input(precision.stage, "onnx"), job.input("build", f"{prec}_profile"))
         for fmt in ("json", "html"):
-            write_text(job.out / f"{prec}.report.{fmt}", render(data, fmt, "report"))
+            write_text(job.out / f"{prec}.report.{fmt}", render(data, fmt))
             outputs[f"{prec}_{fmt}"] = job.out / f"{prec}.report.{fmt}"
-        metrics[prec] = data["summary"] | {"verdict": data["verdict"], "findings": data["findings"]}
+        metrics[prec] = asdict(data.summary) | {"verdict": data.verdict, "findings": data.findings}
     return StageResult(outputs, metrics)
 
 

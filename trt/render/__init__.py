@@ -7,26 +7,30 @@ autoescapes everything (jinja2).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trt.views import Diff, Report
 
 FORMATS = ("text", "json", "md", "html")
 
 
-def render(data: dict[str, Any], fmt: str, kind: str, width: int = 160, all_rows: bool = False, pretty: bool = False) -> str:
-    """`kind` is "report" or "diff". Text shows the first rows of long tables unless `all_rows`;
+def render(view: Report | Diff, fmt: str, width: int = 160, all_rows: bool = False, pretty: bool = False) -> str:
+    """A report or a diff in `fmt`. Text shows the first rows of long tables unless `all_rows`;
     JSON is compact unless `pretty`."""
     if fmt == "json":
         import orjson  # 4x the standard encoder on a 40,000-layer report
 
-        return orjson.dumps(data, option=orjson.OPT_INDENT_2 if pretty else 0).decode() + "\n"
+        return orjson.dumps(view.to_json(), option=orjson.OPT_INDENT_2 if pretty else 0).decode() + "\n"
     if fmt == "html":
         from trt.render.html import html
 
-        return html(data, kind)
+        return html(view)
     if fmt == "md":
         from trt.render.markdown import diff_md, report_md
+        from trt.views import Report
 
-        return report_md(data) if kind == "report" else diff_md(data)
+        return report_md(view) if isinstance(view, Report) else diff_md(view)
     from trt.render.text import text
 
-    return text(data, kind, width, all_rows)
+    return text(view, width, all_rows)

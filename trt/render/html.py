@@ -9,7 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trt.render.text import cell, nodes_preview, region_nodes
+from trt.plan import Region
+from trt.render.text import cell, nodes_preview
+from trt.views import Diff, Report
 
 STRIP_WIDTH = 1100  # px
 # alternating shades per kind, so two neighbouring regions of one kind still differ
@@ -24,33 +26,31 @@ PRECISION_COLOURS = {"FP32": "#8c8c8c", "FP16": "#2a9d9d", "BF16": "#2a9d9d", "I
 DARK = {shades[i] for shades in PALETTE.values() for i in (0, 2) if i < len(shades)}  # white text on these
 
 
-def html(data: dict[str, Any], kind: str) -> str:
+def html(view: Report | Diff) -> str:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parents[1] / "templates"), autoescape=select_autoescape(default=True))
     env.filters["cell"] = cell
     env.filters["nodes"] = nodes_preview
-    fusion_map = data["fusion_map"]
-    if kind == "report":
-        regions = [r | {"onnx_nodes": region_nodes(data, r)} for r in data["regions"]]
-        info = {str(r["index"]): r | {"layers": len(r["layers"])} for r in data["regions"]}
-        strips = [_strip("engine", fusion_map["nodes"], fusion_map["region"], info, fusion_map["qdq"])]
-        peak = max([m["layers"] for m in data["modules"]] + [1])
-        peak_ms = max([m["time_ms"] or 0 for m in data["modules"]] + [0]) or 1.0
-        return env.get_template("report.html.j2").render(report=data, regions=regions, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, precisions=PRECISION_COLOURS,
-                                                         peak=peak, peak_ms=peak_ms, width=STRIP_WIDTH)
+    fusion_map = view.fusion_map
+    common = {"order": fusion_map["order"], "palette": PALETTE, "blank": NOT_IN_ENGINE, "precisions": PRECISION_COLOURS, "width": STRIP_WIDTH}
+    if isinstance(view, Report):
+        strips = [_strip("engine", fusion_map["nodes"], fusion_map["region"], view.regions, fusion_map["qdq"])]
+        peak = max([m.layers for m in view.modules] + [1])
+        peak_ms = max([m.time_ms or 0 for m in view.modules] + [0]) or 1.0
+        return env.get_template("report.html.j2").render(report=view, strips=strips, peak=peak, peak_ms=peak_ms, **common)
     own = " in its own order: the node names do not join" if "b_nodes" in fusion_map else ""
     strips = [
-        _strip(f"A ({data['a']['precision']}){own}", fusion_map["nodes"], fusion_map["a"], fusion_map["a_regions"], []),
-        _strip(f"B ({data['b']['precision']}){own}", fusion_map.get("b_nodes", fusion_map["nodes"]), fusion_map["b"], fusion_map["b_regions"], fusion_map["qdq"]),
+        _strip(f"A ({view.a.summary.precision}){own}", fusion_map["nodes"], fusion_map["a"], view.a.regions, []),
+        _strip(f"B ({view.b.summary.precision}){own}", fusion_map.get("b_nodes", fusion_map["nodes"]), fusion_map["b"], view.b.regions, fusion_map["qdq"]),
     ]
-    return env.get_template("diff.html.j2").render(diff=data, strips=strips, order=fusion_map["order"], palette=PALETTE, blank=NOT_IN_ENGINE, precisions=PRECISION_COLOURS,
-                                                   width=STRIP_WIDTH)
+    return env.get_template("diff.html.j2").render(diff=view, strips=strips, **common)
 
 
-def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[str, dict[str, Any]], markers: list[list]) -> dict[str, Any]:
-    """Runs of consecutive nodes in one region, as SVG rectangles with a tooltip each. Nodes the engine does not
-    name (Myelin lists the ops it fuses, not every reshape) between two nodes of one region are drawn in it."""
+def _strip(label: str, nodes: list[str], regions: list[int | None], info: list[Region], markers: list[list]) -> dict[str, Any]:
+    """Runs of consecutive nodes in one region (`info`: the engine's regions, by index), as SVG rectangles with a tooltip
+    each. Nodes the engine does not name (Myelin lists the ops it fuses, not every reshape) between two nodes of one
+    region are drawn in it."""
     shown = _fill_gaps(regions)
     count = max(1, len(nodes))
     scale = STRIP_WIDTH / count
@@ -60,27 +60,24 @@ def _strip(label: str, nodes: list[str], regions: list[int | None], info: dict[s
     for i in range(1, len(nodes) + 1):
         if i < len(nodes) and shown[i] == shown[start]:
             continue
-        region = shown[start]
+        region = None if shown[start] is None else info[shown[start]]
         span = nodes[start:i]
         if region is None:
             colour, title = NOT_IN_ENGINE, "in no compute layer of this engine (folded, or only in a reformat)"
         else:
-            about = info.get(str(region), {})
-            family = "qdq" if about.get("qdq") else ("myelin" if about.get("kind") == "myelin" else "layer")
-            if region not in colours:
+            family = "qdq" if region.qdq else ("myelin" if region.kind == "myelin" else "layer")
+            if region.index not in colours:
                 shades = PALETTE[family]
-                colours[region] = shades[used[family] % len(shades)]
+                colours[region.index] = shades[used[family] % len(shades)]
                 used[family] += 1
-            colour = colours[region]
+            colour = colours[region.index]
             unnamed = sum(r is None for r in regions[start:i])
-            title = f"region {region}: {about.get('name', '?')} ({about.get('type', '?')}, {about.get('precision') or '?'})" + (
+            title = f"region {region.index}: {region.name} ({region.type}, {region.precision or '?'})" + (
                 f"; {unnamed} of these nodes are not named by the engine" if unnamed else "")
         title += f"\n{len(span)} node{'s' if len(span) != 1 else ''}: {span[0]}" + (f" ... {span[-1]}" if len(span) > 1 else "")
         width = max((i - start) * scale, 0.6)
-        text = _fit(str(info.get(str(region), {}).get("name", "")) if region is not None else "", width)
-        precision = info.get(str(region), {}).get("precision") if region is not None else None
-        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": text, "ink": "#fff" if colour in DARK else "#222",
-                     "band": PRECISION_COLOURS.get(precision or "", "#ffffff")})
+        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": _fit(region.name if region else "", width),
+                     "ink": "#fff" if colour in DARK else "#222", "band": PRECISION_COLOURS.get(region and region.precision or "", "#ffffff")})
         start = i
     ticks = [{"x": round(min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
     named = [r for r in regions if r is not None]

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline.core.text import printable
+from trt.plan import Region
+from trt.views import Diff, Report
 
 MAX_ROWS = 200
 NODES_SHOWN = 4
@@ -34,22 +36,16 @@ def nodes_preview(nodes: list[str]) -> str:
     return f"{len(nodes)}: {shown}" + (", ..." if len(nodes) > NODES_SHOWN else "")
 
 
-def region_nodes(report: dict[str, Any], region: dict[str, Any]) -> list[str]:
-    """A region's ONNX nodes: the union of its layers' (the report stores them once, on the layers)."""
-    layers = report["layers"]
-    return list(dict.fromkeys(n for i in region["layers"] for n in layers[i]["onnx_nodes"]))
-
-
 def counts(values: dict[str, int], limit: int = 8) -> str:
     items = list(values.items())
     return ", ".join(f"{k} {v}" for k, v in items[:limit]) + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
 
 
-def text(data: dict[str, Any], kind: str, width: int, all_rows: bool) -> str:
+def text(view: Report | Diff, width: int, all_rows: bool) -> str:
     out = io.StringIO()
     console = Console(file=out, width=width, markup=False, highlight=False, emoji=False, color_system=None)
-    out.write(printable(data["verdict"], one_line=True) + "\n\n")
-    for section in _report(data, all_rows) if kind == "report" else _diff(data, all_rows):
+    out.write(printable(view.verdict, one_line=True) + "\n\n")
+    for section in _report(view, all_rows) if isinstance(view, Report) else _diff(view, all_rows):
         if isinstance(section, str):
             out.write(section + "\n")
         else:
@@ -88,43 +84,43 @@ def compact_table(title: str, columns: list[str], rows: list[list[Any]], total: 
 # ---------------------------------------------------------------- report
 
 
-def _report(report: dict[str, Any], all_rows: bool) -> list[Any]:
-    s, source, breakdown = report["summary"], report["source"], report["breakdown"]
-    graphs = breakdown["myelin_kernels_per_graph"]
+def _report(report: Report, all_rows: bool) -> list[Any]:
+    s, source, breakdown = report.summary, report.source, report.breakdown
+    graphs = breakdown.myelin_kernels_per_graph
     header = [
-        ["layer info", f"{source['layer_info']} ({source['format']})"],
-        ["onnx", source["onnx"] or "- (pass --onnx to resolve names and roll up modules)"],
-        ["layers / regions", f"{s['layers']} / {s['regions']}"],
-        ["myelin kernels / graphs", f"{s['myelin_layers']} / {s['myelin_graphs']}" + (f" per profile ({s['profiles']} profiles)" if s["profiles"] > 1 else "")
+        ["layer info", f"{source.layer_info} ({source.format})"],
+        ["onnx", source.onnx or "- (pass --onnx to resolve names and roll up modules)"],
+        ["layers / regions", f"{s.layers} / {s.regions}"],
+        ["myelin kernels / graphs", f"{s.myelin_layers} / {s.myelin_graphs}" + (f" per profile ({s.profiles} profiles)" if s.profiles > 1 else "")
          + "".join(f"  (graph {g}: {n} kernels)" for g, n in list(graphs.items())[:8]) + ("  ..." if len(graphs) > 8 else "")],
-        ["onnx nodes referenced", s["metadata_onnx_nodes"]],
-        ["resolved in onnx", "-" if s["resolved_onnx_nodes"] is None else f"{s['resolved_onnx_nodes']} (unresolved: {len(s['unresolved_onnx_nodes'])})"],
-        ["layer types", counts(breakdown["layer_types"])],
-        ["precisions", counts(breakdown["precisions"])],
-        ["timed layers / total ms", f"{s['timed_layers']} / {cell(s['total_time_ms'])}"],
+        ["onnx nodes referenced", s.metadata_onnx_nodes],
+        ["resolved in onnx", "-" if s.resolved_onnx_nodes is None else f"{s.resolved_onnx_nodes} (unresolved: {len(s.unresolved_onnx_nodes)})"],
+        ["layer types", counts(breakdown.layer_types)],
+        ["precisions", counts(breakdown.precisions)],
+        ["timed layers / total ms", f"{s.timed_layers} / {cell(s.total_time_ms)}"],
     ]
-    if source["builds"]:
-        header.insert(1, ["layer listing", f"{source['build']} of {len(source['builds'])} in this log (--build N picks another)"])
-    if report["coverage"]:
-        gaps = report["coverage"]["not_in_layers"]
-        header.append(["onnx nodes in no layer", ", ".join(f"{k.replace('_', ' ')} {v['count']}" for k, v in gaps.items())])
+    if source.builds:
+        header.insert(1, ["layer listing", f"{source.build} of {len(source.builds)} in this log (--build N picks another)"])
+    if report.coverage:
+        gaps = report.coverage.not_in_layers
+        header.append(["onnx nodes in no layer", ", ".join(f"{k.replace('_', ' ')} {len(v)}" for k, v in gaps.items())])
     sections: list[Any] = [rich_table("Engine summary", ["", ""], header)]
-    if report["findings"]:
-        sections.append(rich_table("Findings", ["#", "finding"], [[i, f] for i, f in enumerate(report["findings"], 1)]))
-    regions = [[r["index"], r["name"], r["kind"] + ("" if r["compute"] else " (copy)"), len(r["layers"]), r["precision"], r["time_ms"], nodes_preview(region_nodes(report, r))]
-               for r in (report["regions"] if all_rows else report["regions"][:MAX_ROWS])]
+    if report.findings:
+        sections.append(rich_table("Findings", ["#", "finding"], [[i, f] for i, f in enumerate(report.findings, 1)]))
+    regions = [[r.index, r.name, r.kind + ("" if r.compute else " (copy)"), len(r.layers), r.precision, r.time_ms, nodes_preview(r.onnx_nodes)]
+               for r in (report.regions if all_rows else report.regions[:MAX_ROWS])]
     sections.append(compact_table("Regions (a Myelin graph or a standalone layer)", ["#", "region", "kind", "layers", "precision", "ms", "onnx nodes"], regions,
-                                  len(report["regions"]), all_rows, ("#", "layers", "ms"), "regions"))
-    modules = report["modules"]
+                                  len(report.regions), all_rows, ("#", "layers", "ms"), "regions"))
+    modules = report.modules
     shown = modules if all_rows else modules[:MAX_ROWS]
-    sections.append(rich_table(f"Modules (scope depth {report['module_depth']})" + ("" if len(shown) == len(modules) else f", the first {len(shown)} of {len(modules)}"),
+    sections.append(rich_table(f"Modules (scope depth {report.module_depth})" + ("" if len(shown) == len(modules) else f", the first {len(shown)} of {len(modules)}"),
                                ["module", "onnx nodes", "layers", "myelin kernels", "time ms", "precisions"],
-                               [[m["module"], m["onnx_nodes"], m["layers"], m["myelin_kernels"], m["time_ms"], counts(m["precisions"])] for m in shown],
+                               [[m.module, m.onnx_nodes, m.layers, m.myelin_kernels, m.time_ms, counts(m.precisions)] for m in shown],
                                ("onnx nodes", "layers", "myelin kernels", "time ms")))
-    layers = [[i, layer["name"], layer["type"], layer["region"], layer["precision"], layer["time_ms"],
-               nodes_preview(layer["onnx_nodes"]) + ("" if layer["mapping"] in (None, "metadata") else f" [{layer['mapping']}]")]
-              for i, layer in enumerate(report["layers"] if all_rows else report["layers"][:MAX_ROWS])]
-    sections.append(compact_table("Layers", ["#", "layer", "type", "region", "precision", "ms", "onnx nodes"], layers, len(report["layers"]), all_rows,
+    layers = [[i, layer.name, layer.type, layer.region, layer.precision, layer.time_ms,
+               nodes_preview(layer.onnx_nodes) + ("" if layer.mapping in (None, "metadata") else f" [{layer.mapping}]")]
+              for i, layer in enumerate(report.layers if all_rows else report.layers[:MAX_ROWS])]
+    sections.append(compact_table("Layers", ["#", "layer", "type", "region", "precision", "ms", "onnx nodes"], layers, len(report.layers), all_rows,
                                   ("#", "region", "ms"), "layers"))
     return sections
 
@@ -132,46 +128,43 @@ def _report(report: dict[str, Any], all_rows: bool) -> list[Any]:
 # ---------------------------------------------------------------- diff
 
 
-def region_label(region: dict[str, Any] | None) -> str:
+def region_label(region: Region | None) -> str:
     if region is None:
         return "-"
-    return f"{region['name']} ({region['type']}, {region['layers']} layer{'s' if region['layers'] != 1 else ''})" if region["kind"] == "myelin" else region["name"]
+    return f"{region.name} ({region.type}, {len(region.layers)} layer{'s' if len(region.layers) != 1 else ''})" if region.kind == "myelin" else region.name
 
 
-def _diff(diff: dict[str, Any], all_rows: bool) -> list[Any]:
-    totals = diff["totals"]
-    rows = [[key.replace("_", " "), v["a"], v["b"], v["delta"]] for key, v in totals.items() if key != "precisions"]
-    rows.append(["precisions", counts(totals["precisions"]["a"]), counts(totals["precisions"]["b"]), ""])
-    sections: list[Any] = [
-        f"A: {printable(diff['a']['layer_info'], one_line=True)} ({diff['a']['precision']})\nB: {printable(diff['b']['layer_info'], one_line=True)} ({diff['b']['precision']})\njoined by {diff['join']}\n",
-        rich_table("Totals", ["", "A", "B", "delta"], rows, ("delta",)),
-    ]
-    if diff["findings"]:
-        sections.append(rich_table("Findings", ["#", "finding"], [[i, f] for i, f in enumerate(diff["findings"], 1)]))
-    for key, title in (("splits", "Cut in B: regions of A that B runs as several pieces"), ("merges", "Cut in A: regions of B that A runs as several pieces")):
+def _diff(diff: Diff, all_rows: bool) -> list[Any]:
+    rows = [[key.replace("_", " "), v.a, v.b, v.delta] for key, v in diff.totals.items()]
+    rows.append(["precisions", counts(diff.a.breakdown.precisions), counts(diff.b.breakdown.precisions), ""])
+    sides = "\n".join(f"{side}: {printable(report.source.layer_info, one_line=True)} ({report.summary.precision})" for side, report in (("A", diff.a), ("B", diff.b)))
+    sections: list[Any] = [f"{sides}\njoined by {diff.join}\n", rich_table("Totals", ["", "A", "B", "delta"], rows, ("delta",))]
+    if diff.findings:
+        sections.append(rich_table("Findings", ["#", "finding"], [[i, f] for i, f in enumerate(diff.findings, 1)]))
+    for splits, title in ((diff.splits, "Cut in B: regions of A that B runs as several pieces"), (diff.merges, "Cut in A: regions of B that A runs as several pieces")):
         rows = []
-        for split in diff[key]:
-            for i, piece in enumerate(split["b_regions"]):
+        for split in splits:
+            for i, piece in enumerate(split.pieces):
                 first = i == 0
-                rows.append([split["a_region"]["name"] + (" ~" if split["approximate"] else "") if first else "", split["nodes"] if first else "",
-                             piece["name"], piece["type"], piece["precision"], len(piece["nodes"])])
-            pairs = list(dict.fromkeys(f"{c['quantize']} -> {c['dequantize']}" if c["dequantize"] else c["quantize"] for c in split["cuts"] if c["quantize"]))
+                rows.append([split.a_region.name + (" ~" if split.approximate else "") if first else "", split.nodes if first else "",
+                             piece.region.name, piece.region.type, piece.region.precision, len(piece.nodes)])
+            pairs = list(dict.fromkeys(f"{c.quantize} -> {c.dequantize}" if c.dequantize else c.quantize for c in split.cuts if c.quantize))
             if pairs:
-                rows.append(["", "", f"Q/DQ at the cuts ({split['qdq_source']}): " + ", ".join(pairs[:6]) + (" ..." if len(pairs) > 6 else ""), "", "", ""])
+                rows.append(["", "", f"Q/DQ at the cuts ({split.qdq_source}): " + ", ".join(pairs[:6]) + (" ..." if len(pairs) > 6 else ""), "", "", ""])
         if rows:
             sections.append(compact_table(title + " (~ approximate)", ["region", "nodes", "piece", "type", "precision", "shared nodes"], rows, len(rows), all_rows,
                                           ("nodes", "shared nodes"), "rows"))
-    if diff["regions"]:
-        rows = [[r["a"]["name"], r["nodes"], r["status"] + (" ~" if r["approximate"] else ""), r["b"][0]["name"] + (f" (+{len(r['b']) - 1} more)" if len(r["b"]) > 1 else "") if r["b"] else "-",
-                 r["precision_change"] or ""] for r in diff["regions"]]
+    if diff.regions:
+        rows = [[r.a.name, r.nodes, r.status + (" ~" if r.approximate else ""), r.b[0].region.name + (f" (+{len(r.b) - 1} more)" if len(r.b) > 1 else "") if r.b else "-",
+                 r.precision_change or ""] for r in diff.regions]
         sections.append(compact_table("Where A's compute regions run in B (~ approximate)", ["A region", "nodes", "status", "B region", "precision"], rows,
                                       len(rows), all_rows, ("nodes",), "regions"))
-    if diff["aligned"]:
-        rows = [[region_label(r["a"]), (r["a"] or {}).get("precision"), region_label(r["b"]), (r["b"] or {}).get("precision"), r["precision_change"] or ""] for r in diff["aligned"]]
+    if diff.aligned:
+        rows = [[region_label(r.a), r.a and r.a.precision, region_label(r.b), r.b and r.b.precision, r.precision_change or ""] for r in diff.aligned]
         sections.append(compact_table("Compute regions aligned by order and kind (node names do not join)", ["A region", "A prec", "B region", "B prec", "change"], rows,
                                       len(rows), all_rows, (), "regions"))
-    modules = diff["modules"] if all_rows else diff["modules"][:MAX_ROWS]
+    modules = diff.modules if all_rows else diff.modules[:MAX_ROWS]
     sections.append(rich_table("Modules", ["module", "layers A", "layers B", "delta", "ms A", "ms B", "delta ms"],
-                               [[m["module"], m["layers_a"], m["layers_b"], m["layers_delta"], m["time_a_ms"], m["time_b_ms"], m["time_delta_ms"]] for m in modules],
+                               [[m.module, m.layers_a, m.layers_b, m.layers_delta, m.time_a_ms, m.time_b_ms, m.time_delta_ms] for m in modules],
                                ("layers A", "layers B", "delta", "ms A", "ms B", "delta ms")))
     return sections
