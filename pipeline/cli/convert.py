@@ -103,7 +103,9 @@ def optimize(
     if stats:
         from rich.table import Table
 
-        table = Table(title="rewrite rules", title_justify="left")
+        from trt.render.text import DASHED
+
+        table = Table(title="rewrite rules", title_justify="left", box=DASHED, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
         for column in ("rule", "priority", "tried", "applied", "nodes +", "nodes -", "ms", "why not (top)"):
             table.add_column(column, justify="right" if column in ("tried", "applied", "nodes +", "nodes -", "ms") else "left")
         for r in result.rules:

@@ -1,5 +1,5 @@
-"""Text output: the verdict first, rich tables for the short summaries, compact fixed-width tables for
-the long lists (the first MAX_ROWS rows, then a count; `all_rows` for every row). Rendering cost is
+"""Text output: the verdict first, wrapping tables for the short summaries, compact fixed-width tables for
+the long lists (both dashed under their header) (the first MAX_ROWS rows, then a count; `all_rows` for every row). Rendering cost is
 linear in the rows shown, so a 40,000-layer engine prints as fast as its summary.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from rich.box import Box
 from rich.console import Console
 from rich.table import Table
 
@@ -15,6 +16,8 @@ from pipeline.core.text import printable
 from trt.plan import Region
 from trt.views import Diff, Report
 
+# the short tables wrap their cells (rich) but look like the long ones: a dashed rule under the header, no box
+DASHED = Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 MAX_ROWS = 200
 NODES_SHOWN = 4
 NAME_WIDTH = 70
@@ -45,16 +48,18 @@ def text(view: Report | Diff, width: int, all_rows: bool) -> str:
     out = io.StringIO()
     console = Console(file=out, width=width, markup=False, highlight=False, emoji=False, color_system=None)
     out.write(printable(view.verdict, one_line=True) + "\n\n")
-    for section in _report(view, all_rows) if isinstance(view, Report) else _diff(view, all_rows):
+    for number, section in enumerate(_report(view, all_rows) if isinstance(view, Report) else _diff(view, all_rows)):
+        out.write("\n" if number else "")
         if isinstance(section, str):
-            out.write(section + "\n")
+            out.write(section)
         else:
             console.print(section)
     return out.getvalue()
 
 
 def rich_table(title: str, columns: list[str], rows: list[list[Any]], right: tuple[str, ...] = ()) -> Table:
-    table = Table(title=printable(title, one_line=True), title_justify="left", show_header=any(columns))
+    table = Table(title=printable(title, one_line=True), title_justify="left", show_header=any(columns), box=DASHED, show_edge=False,
+                  pad_edge=False, padding=(0, 1, 0, 0))
     for column in columns:
         table.add_column(column, justify="right" if column in right else "left", overflow="fold")
     for row in rows:
