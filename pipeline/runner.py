@@ -94,13 +94,13 @@ class Runner:
                 record = self._record(stage, result, fingerprint if stage.cached else None, started, key)
                 if record.status == "done" and stage.cached and not result.reason:
                     record.reason = self._why_rerun(previous, key)
+        except PipelineError as err:
+            if err.exit_code == 2 and not interrupts.interrupted():
+                raise  # the user's input, refused: the stage made nothing, so its record and files stay as they were
+            self._record_failure(stage, previous, err, started)
+            raise
         except BaseException as err:
-            status, reason = self._failure(err)
-            failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id)
-            self._remove_outputs(previous)
-            self.changed.append(failed)
-            self.ctx.manifest.put(failed)
-            self._print_line(stage, failed)
+            self._record_failure(stage, previous, err, started)
             raise
         finally:
             progress.remove_task(task)
@@ -112,6 +112,15 @@ class Runner:
         if record.status == "failed":
             raise CapabilityMissing(record.reason)
         return record
+
+    def _record_failure(self, stage: Stage, previous: StageRecord | None, err: BaseException, started: float) -> None:
+        """A stage that failed or was interrupted: recorded so, the files of its earlier success taken away."""
+        status, reason = self._failure(err)
+        failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id)
+        self._remove_outputs(previous)
+        self.changed.append(failed)
+        self.ctx.manifest.put(failed)
+        self._print_line(stage, failed)
 
     def _key(self, stage: Stage, settings: Settings) -> dict[str, Any]:
         """The stage's declaration, resolved: settings, input files' sha256, its code's sha256, package versions."""

@@ -185,3 +185,25 @@ class _TinyCnn(nn.Module):
 
 def tiny_cnn():
     return _TinyCnn().eval()
+
+
+class _PreLnTransformer(nn.Module):
+    """Token ids through pre-LayerNorm encoder layers (norm_first) to a classifier: a transformer as a user writes one."""
+
+    def __init__(self, d: int = 64, heads: int = 4, vocab: int = 1000, layers: int = 2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True, activation="gelu")
+                                     for _ in range(layers)])
+        self.norm = nn.LayerNorm(d)
+        self.out = nn.Linear(d, 2)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.out(self.norm(x)[:, 0])
+
+
+def pre_ln_transformer():
+    return _PreLnTransformer().eval()

@@ -126,9 +126,9 @@ def test_a_failure_makes_earlier_downstream_records_stale(tmp_path):
     make_runner(tmp_path, export, optimize, int8).run([export.stage(), optimize.stage(), int8.stage()])
 
     def fail(job):
-        raise InputError("model input 'tokens' is not in the profile")
+        raise StageFailed("optimize: the optimized model differs from its input")
 
-    with pytest.raises(InputError):
+    with pytest.raises(StageFailed):
         make_runner(tmp_path, export, int8).run([export.stage(), Stage("optimize", fail), int8.stage()])
     statuses = {s["name"]: s["status"] for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
     assert statuses == {"export": "cached", "optimize": "failed", "int8": "stale"}
@@ -194,11 +194,26 @@ def test_a_failed_stage_leaves_a_file_edited_since_and_a_skipped_stages_input(tm
     assert users.read_text() == "the user's model"
 
 
-def test_a_stage_cannot_read_a_failed_or_stale_stage(tmp_path):
-    def fail(job):
-        raise InputError("bad")
+def test_the_users_input_refused_by_a_stage_leaves_its_record_and_files_as_they_were(tmp_path):
+    """A new user's typo in a profile (bad input, exit 2) took away the previous good export and made every later
+    stage stale: nothing ran, so nothing of the earlier build changes."""
+    export, optimize = CountingStage("export"), CountingStage("optimize")
+    make_runner(tmp_path, export, optimize).run([export.stage(), optimize.stage()])
+    before = (tmp_path / "manifest.json").read_text()
+
+    def refuse(job):
+        raise InputError("model.factory 'mynets:make_cnnn': mynets has no function 'make_cnnn'")
 
     with pytest.raises(InputError):
+        make_runner(tmp_path, export, optimize).run([Stage("export", refuse), optimize.stage()])
+    assert (tmp_path / "manifest.json").read_text() == before and (tmp_path / "export.txt").exists()
+
+
+def test_a_stage_cannot_read_a_failed_or_stale_stage(tmp_path):
+    def fail(job):
+        raise StageFailed("bad")
+
+    with pytest.raises(StageFailed):
         make_runner(tmp_path).run([Stage("export", fail)])
     runner = make_runner(tmp_path)
     with pytest.raises(InputError, match="stage 'export' failed in"):

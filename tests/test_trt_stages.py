@@ -110,6 +110,20 @@ def test_bench_of_a_build_reads_its_profile_from_the_manifest(tmp_path):
     assert "fp16" not in read_build(tmp_path / "out")[1]
 
 
+def test_bench_times_the_models_the_build_ran(tmp_path):
+    """A new user's pre-LN transformer: the build ran its FP16 and FP8 models on onnxruntime, then bench segfaulted on
+    the FP16 one (onnxruntime's extended fusions) and called FP8 unsupported. bench runs them as the build's checks do."""
+    profile = write_profile(tmp_path, 'name = "pre-ln"\n[model]\nfactory = "factories:pre_ln_transformer"\n[dims.batch]\nmin = 1\nopt = 2\n'
+                                      'max = 8\n[dims.seq]\nmin = 4\nopt = 32\nmax = 64\n[[inputs]]\nname = "ids"\ndtype = "int64"\n'
+                                      'shape = ["batch", "seq"]\nrange = [0, 1000]\n')
+    built = run_cli("build", "--profile", str(profile), "--fp16", "--fp8", "--until", "fp8", "--out", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr
+    timed = run_cli("bench", str(tmp_path / "out"), "--iterations", "3", "--warmup", "0")
+    assert timed.returncode == 0, timed.stderr
+    result = json.loads((tmp_path / "out" / "bench.ort-cpu.json").read_text())
+    assert set(result["models"]) == {"fp32", "fp16", "fp8"} and "graph optimization basic" in result["timing"]
+
+
 def test_bench_bad_inputs(tmp_path):
     missing = run_cli("bench", str(tmp_path / "nope.onnx"))
     assert missing.returncode == 2 and "no such model file or artifacts folder" in missing.stderr
