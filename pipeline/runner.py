@@ -66,7 +66,7 @@ class Runner:
         try:
             with Progress(
                 SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<9}[/] {task.description}"), TimeElapsedColumn(),
-                console=self.console, transient=True,
+                console=self.console, transient=True, disable=not self.console.is_terminal,
             ) as progress:
                 for stage in stages:
                     records.append(self._run_one(stage, progress))
@@ -95,8 +95,9 @@ class Runner:
                 if record.status == "done" and stage.cached and not result.reason:
                     record.reason = self._why_rerun(previous, key)
         except PipelineError as err:
-            if err.exit_code == 2 and not interrupts.interrupted():
-                raise  # the user's input, refused: the stage made nothing, so its record and files stay as they were
+            if err.exit_code == 2 and not interrupts.interrupted():  # the user's input, refused: the stage made nothing, so
+                self._print_line(stage, StageRecord(stage.name, "refused", _seconds(started), str(err), run=self.run_id))  # its record
+                raise  # and files stay as they were; the line is printed, not recorded
             self._record_failure(stage, previous, err, started)
             raise
         except BaseException as err:
@@ -227,7 +228,7 @@ class Runner:
                     f"date since run {self.run_id}: run build again with the flags that produce it")))
 
     def _print_line(self, stage: Stage | None, record: StageRecord) -> None:
-        colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow"}[record.status]
+        colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow", "refused": "red"}[record.status]
         status = f"[{colour}]{record.status}[/]{' ' * (len('interrupted') - len(record.status))}"  # padded as seen, not as marked up
         if record.status in ("done", "cached"):  # its figures; a stage outside this run's plan has no key metric to read them
             detail = stage.key_metric(record.metrics) if stage else ""

@@ -30,7 +30,7 @@ def split_next_step(reason: str) -> tuple[str, str]:
 
 
 def print_next_steps(console: Console, profile: Profile, manifest: Path, records: list[StageRecord]) -> None:
-    console.print(f"recorded in {manifest}", highlight=False, markup=False)
+    console.print(f"\nrecorded in {manifest}", highlight=False, markup=False)
     commands = list(dict.fromkeys(command for r in records if r.status == "skipped" and (command := split_next_step(r.reason)[1])))
     for command in commands:
         console.print("\nThe engine stages need TensorRT and an NVIDIA GPU. On a machine with both, from this folder:", highlight=False, markup=False)

@@ -53,14 +53,14 @@ def test_another_profile_gets_the_docker_command_but_not_the_bert_log(tmp_path):
     assert result.stdout.count("docker run") == 1 and "bert-fp16-trt10.10" not in result.stdout
 
 
-def test_a_stage_that_failed_in_this_run_is_not_shown_as_an_earlier_run(tmp_path):
+def test_a_stage_that_refused_in_this_run_is_not_shown_as_an_earlier_run(tmp_path):
     """Into a new folder; the line is the reason as recorded, brackets and all (`[[inputs]]` is not rich markup)."""
     relu_model(tmp_path / "m.onnx", input_name="tokens")
     write_profile(tmp_path, TINY_MLP_PROFILE)
     result = run_cli("build", "--profile", "p.toml", "--onnx", "m.onnx", "--out", "new", cwd=tmp_path)
     assert result.returncode == 2
     (line,) = stage_lines(result.stdout.replace(" \n", " "), "export")
-    assert "failed" in line and "earlier run" not in result.stdout, result.stdout
+    assert "refused" in line and "earlier run" not in result.stdout, result.stdout
     assert "model input 'tokens' is not in profile tiny-mlp's [[inputs]] (x)" in line
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import functools
 import inspect
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -41,18 +42,29 @@ console = Console(stderr=True)
 
 
 class _StdoutConsole(Console):
+    keep_going = False  # a command doing work (build, jobs run) finishes it when the reader of its output goes away
+
     def on_broken_pipe(self) -> None:
-        """Rich would exit 1; raise what a plain write raises, so `main` ends a closed pipe quietly."""
+        """Rich would exit 1. A command that only shows something stops quietly (`report ... | head`: `main` ends a
+        closed pipe as other CLIs do); one that does work goes on with its output silenced (`build ... | head -2`
+        stopped a build halfway with exit 0)."""
         self.quiet = True
-        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush has somewhere to go
+        if not self.keep_going:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
 
 
-def stdout_console() -> Console:
+def stdout_console(keep_going: bool = False) -> Console:
     """Rich output on stdout; 140 columns when piped so tables are not cut. A printed line is never broken
-    into two (soft wrap: the terminal folds it), so a path or a reason stays whole for grep and for copying."""
+    into two (soft wrap: the terminal folds it), so a path or a reason stays whole for grep and for copying.
+    `keep_going`: the command's work goes on when the reader of its output goes away."""
     probe = _StdoutConsole(file=sys.stdout, soft_wrap=True)
     # bound to the real stdout now: stages capture sys.stdout while third-party code runs
-    return probe if probe.is_terminal else _StdoutConsole(file=sys.stdout, width=140, soft_wrap=True)
+    chosen = probe if probe.is_terminal else _StdoutConsole(file=sys.stdout, width=140, soft_wrap=True)
+    chosen.keep_going = keep_going
+    return chosen
+
+
 _debug = False
 
 ProfileOption = Annotated[

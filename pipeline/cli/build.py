@@ -78,7 +78,7 @@ def build(
     options = Options(precisions, onnx, calib, preset.value if preset else None, min_cosine, min_token_agreement,
                       verbosity.value if verbosity else None, weak_fp16)
     loaded, plan, out_dir = _checked(options, profile, until, strict, out)
-    out_console = stdout_console()
+    out_console = stdout_console(keep_going=True)
     out_console.print(f"profile {loaded.name} from {shown_path(loaded.source) if loaded.source else 'the built-in defaults'}", highlight=False, markup=False)
     if (outside := _factory_outside(loaded)) is not None:
         out_console.print(f"note: model.factory {loaded.model.factory} runs code from {outside} (outside the profile's folder and the installed packages)",
@@ -208,7 +208,7 @@ def _leave_as_found_on_bad_input(created: list[Path]) -> Iterator[None]:
         if err.exit_code == 2:
             manifests = [p for p in created if p.name == "manifest.json"]
             if manifests and manifests[0].parent.is_dir() and {p.name for p in manifests[0].parent.iterdir()} <= {"manifest.json"}:
-                manifests[0].unlink()
+                manifests[0].unlink(missing_ok=True)
             for folder in (p for p in created if p.name != "manifest.json"):
                 with contextlib.suppress(OSError):
                     folder.rmdir()  # only when empty

@@ -58,7 +58,8 @@ def plan_command(
     if format is PlanFormat.json:
         emit(json.dumps([{"index": c.index, "id": c.id, "label": c.label, **c.definition()} for c in cells], indent=2) + "\n", None, is_json=True)
         return
-    lines = [f"{matrix.name}: {len(cells)} cells ({len({c.gpu for c in cells})} GPU types: {', '.join(sorted({c.gpu for c in cells}))})"]
+    groups = sorted({c.gpu for c in cells})
+    lines = [f"{matrix.name}: {len(cells)} cell{'s' * (len(cells) != 1)} ({len(groups)} GPU type{'s' * (len(groups) != 1)}: {', '.join(groups)})"]
     lines += [f"{c.index:>4}  {c.id}  {c.label}" for c in cells]
     emit("\n".join(lines) + "\n", None)
 
@@ -74,9 +75,10 @@ def run_command(matrix_path: MatrixArgument, out: OutOption, force: Annotated[bo
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task("cells", total=len(cells))
 
-        def on_cell(cell, status: str) -> None:
+        def on_cell(cell, status: str, reason: str | None) -> None:
             progress.update(task, advance=1, description=f"cell {cell.index + 1}/{len(cells)}")
-            progress.console.print(f"{cell.index:>4} {cell.id} {status:<12} {cell.label}", highlight=False, markup=False)
+            why = f": {reason}" if reason and status in ("skipped", "failed") else ""
+            progress.console.print(f"{cell.index:>4} {cell.id} {status:<12} {cell.label}{why}", highlight=False, markup=False, soft_wrap=True)
 
         counts = run_all(matrix, cells, out, force=force, on_cell=on_cell)
     stdout_console().print(", ".join(f"{n} {status}" for status, n in counts.items()) + f"; cells in {out / 'cells'}", highlight=False, markup=False)

@@ -26,23 +26,24 @@ def cell_command(matrix_path: Path, index: int, out: Path) -> list[str]:
 
 
 def run_all(matrix: Matrix, cells: list[Cell], out: Path, force: bool = False,
-            on_cell: Callable[[Cell, str], None] = lambda cell, status: None) -> dict[str, int]:
-    """Run the cells not yet done; return how many ended in each status (and `already done`)."""
+            on_cell: Callable[[Cell, str, str | None], None] = lambda cell, status, reason: None) -> dict[str, int]:
+    """Run the cells not yet done, telling `on_cell` how each ended and why (a skipped or failed one); return how
+    many ended in each status (and `already done`)."""
     claim_store(out, matrix.name)
     done = {r["id"] for r in read_cells(out, matrix.name) if r["status"] == "done"}
     counts = {"done": 0, "failed": 0, "skipped": 0, "already done": 0}
     for cell in cells:
         if cell.id in done and not force:
             counts["already done"] += 1
-            on_cell(cell, "already done")
+            on_cell(cell, "already done", None)
             continue
-        status = _run_one(matrix, cell, out)
+        status, reason = _run_one(matrix, cell, out)
         counts[status] += 1
-        on_cell(cell, status)
+        on_cell(cell, status, reason)
     return counts
 
 
-def _run_one(matrix: Matrix, cell: Cell, out: Path) -> str:
+def _run_one(matrix: Matrix, cell: Cell, out: Path) -> tuple[str, str | None]:
     import json
 
     target = cell_path(out, cell.id)
@@ -56,10 +57,12 @@ def _run_one(matrix: Matrix, cell: Cell, out: Path) -> str:
     written = target.is_file() and target.stat().st_mtime_ns != before
     if written:
         try:
-            return json.loads(target.read_text(encoding="utf-8"))["status"]
+            record = json.loads(target.read_text(encoding="utf-8"))
+            return record["status"], record.get("reason")
         except (OSError, ValueError, KeyError):
             pass
     lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     reason = lines[-1].removeprefix("error: ") if lines else f"the cell process exited {code} with no output"
-    write_json(target, failed_record(matrix, cell, f"{reason} (exit {code}; log: {log})", time.monotonic() - started))
-    return "failed"
+    reason = f"{reason} (exit {code}; log: {log})"
+    write_json(target, failed_record(matrix, cell, reason, time.monotonic() - started))
+    return "failed", reason
