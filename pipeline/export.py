@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, PipelineError, StageFailed
+from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed, first_line
 from pipeline.core.fileio import atomic_path
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
@@ -60,7 +60,13 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     function_classes = _function_classes(module, functions or [])
     input_names = [spec.name for spec in profile.inputs]
     with torch.no_grad():
-        output_names = [name for name, _ in flatten_outputs(module(*example), profile)]
+        try:
+            outputs = module(*example)
+        except (TypeError, ValueError, RuntimeError, IndexError) as err:  # the user's model on the inputs its profile describes
+            given_inputs = ", ".join(f"{spec.name} {list(getattr(t, 'shape', []))}" for spec, t in zip(profile.inputs, example))
+            raise ProfileError(f"{profile.source}: inputs: {type(module).__name__} does not run on the profile's inputs {given_inputs} "
+                               f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes its forward takes") from err
+        output_names = [name for name, _ in flatten_outputs(outputs, profile)]
     shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_path(output) as tmp:

@@ -164,6 +164,8 @@ def library(tmp_path_factory) -> Path:
     (root / "conv.toml").write_text(CONV_PROFILE)
     (root / "convnext.toml").write_text(CONVNEXT_PROFILE)
     # a random-weight CNN runs once on the profile's inputs (its BatchNorm statistics): 4 channels for a 3-channel ResNet
+    (root / "cnn1ch.toml").write_text('name = "cnn1ch"\n[model]\nfactory = "factories:tiny_cnn"\n[dims.batch]\nmin = 1\nopt = 2\nmax = 4\n'
+                                      '[[inputs]]\nname = "x"\ndtype = "float32"\nshape = ["batch", 1, 16, 16]\n')  # one channel for a 3-channel CNN
     (root / "resnet4ch.toml").write_text((REPO / "profiles" / "hf-resnet-tiny.toml").read_text().replace('shape = ["batch", 3, 32, 32]', 'shape = ["batch", 4, 32, 32]'))
     # decoders (issue 22)
     for name, text in DECODER_PROFILES.items():
@@ -289,6 +291,8 @@ CASES = {
                                                                 "has no MatMul/Gemm with a constant 2-D weight, and INT4 is weight-only for those: use --int8 or --fp8"),
     "build --int4 on a model with no eligible weights": Case(("build", "--profile", "conv.toml", "--onnx", "conv.onnx", "--int4", "--out", "o"),
                                                              "has no MatMul/Gemm with a constant 2-D weight", new_files=("o", "o/manifest.json", "o/model.opt.onnx")),
+    "a factory's model on inputs it does not take": Case(("build", "--profile", "cnn1ch.toml", "--until", "export", "--out", "o"),
+                                                          "cnn1ch.toml: inputs: _TinyCnn does not run on the profile's inputs x [2, 1, 16, 16] (RuntimeError: "),
     "random-weight CNN on inputs it does not take": Case(("build", "--profile", "resnet4ch.toml", "--until", "export", "--out", "o"),
                                                           "the random-weight ResNetModel does not run on the profile's inputs pixel_values [2, 4, 32, 32]"),
     "quantize --fp8 with a decoder preset on a CNN": Case(("quantize", "conv.onnx", "--fp8", "--preset", "decoder", "--profile", "conv.toml", "-o", "out.onnx"),

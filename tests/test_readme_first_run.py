@@ -65,9 +65,10 @@ def test_a_stage_that_refused_in_this_run_is_not_shown_as_an_earlier_run(tmp_pat
 
 
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
-    result = run_cli("--debug", "report", str(tmp_path / "missing.json"))
-    assert result.returncode == 2
-    assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith("error: ")
+    for args in (("--debug", "report", str(tmp_path / "missing.json")), ("report", str(tmp_path / "missing.json"), "--debug")):  # after the command too
+        result = run_cli(*args)
+        assert result.returncode == 2
+        assert "Traceback" in result.stderr and result.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
 def test_a_closed_pipe_ends_the_command_quietly(tmp_path):

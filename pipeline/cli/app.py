@@ -128,6 +128,8 @@ def main() -> None:
     is missing under --strict; 130 interrupted (Ctrl-C).
     """
     interrupts.install()
+    if "--debug" in sys.argv[2:]:  # the application's option, taken after the command too: error lines say "rerun with --debug"
+        sys.argv[1:] = ["--debug", *(arg for arg in sys.argv[1:] if arg != "--debug")]
     try:
         code = app(standalone_mode=False)
         if interrupts.interrupted():  # typer turns a KeyboardInterrupt into a silent exit 130
