@@ -248,6 +248,8 @@ CASES = {
     "build from a model with no inputs": Case(("build", "--profile", "tiny.toml", "--onnx", "noinput.onnx", "--out", "o"), "the model has no inputs", new_files=BUILD_LEFTOVERS),
     "build --calib naming no file": Case(("build", "--int8", "--calib", "nowhere.npz", "--out", "o"), "nowhere.npz: no such calibration file"),
     "build --profile NAME beside NAME.toml": Case(("build", "--profile", "tiny", "--out", "o"), "./tiny.toml is here: pass --profile tiny.toml"),
+    "report -o a file whose suffix names no format": Case(("report", str(TRT_DATA / "trex_resnet18_A100_fp16.graph.json"), "-o", "r.pdf"),
+                                                       "-o r.pdf: '.pdf' names none of this command's formats (text, json, md, html)"),
     "build --onnx without --profile": Case(("build", "--onnx", "good.onnx", "--out", "o"), "build --onnx good.onnx needs --profile: a profile names the model's inputs"),
     "build from a model the profile does not feed": Case(("build", "--profile", "tiny.toml", "--onnx", "foreign_inputs.onnx", "--out", "o"), "model input 'tokens' is not in profile tiny-mlp's [[inputs]]", new_files=BUILD_LEFTOVERS),
     "build --calib without --int8": Case(("build", "--calib", "good.npz"), "--calib is the calibration data of the INT8/FP8/INT4 stages, which this build does not run"),

@@ -4,7 +4,7 @@ import json
 
 import onnx
 import pytest
-from conftest import REPO, TINY_MLP_PROFILE, run_cli, write_profile
+from conftest import REPO, TINY_MLP_PROFILE, TRT_DATA, run_cli, write_profile
 
 
 def stages(out_dir):
@@ -87,3 +87,14 @@ def test_usage_errors_exit_2(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     result = run_cli("--debug", "build", "--profile", "no-such", cwd=REPO)
     assert result.returncode != 0 and "Traceback" in result.stderr and "ProfileError" in result.stderr
+
+
+def test_the_output_files_suffix_chooses_the_format(tmp_path):
+    """A new user's `report ... -o r.html` wrote text into the .html file; `--format` still decides when given."""
+    log = TRT_DATA / "trex_resnet18_A100_fp16.graph.json"
+    assert run_cli("report", str(log), "-o", str(tmp_path / "r.html")).returncode == 0
+    assert (tmp_path / "r.html").read_text().startswith("<!doctype html>")
+    assert run_cli("report", str(log), "-o", str(tmp_path / "r.json")).returncode == 0
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["layers"] > 0
+    assert run_cli("report", str(log), "-o", str(tmp_path / "forced.html"), "--format", "md").returncode == 0
+    assert not (tmp_path / "forced.html").read_text().startswith("<!doctype html>")

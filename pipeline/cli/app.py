@@ -109,6 +109,29 @@ def _root(
     global _debug
     _debug = debug
 
+SUFFIX_FORMATS = {".txt": "text", ".json": "json", ".md": "md", ".html": "html", ".htm": "html"}
+
+
+def output_format(given: Optional[str], output: Optional[Path], formats: tuple[str, ...], default: str = "text", inputs=()) -> str:
+    """--format, else the one `-o FILE`'s suffix names (`-o page.html` writes HTML, not text into an .html file),
+    else `default`; a suffix that names none of the command's formats is refused, not written in another. The
+    output is checked first (a directory, one of the command's `inputs`)."""
+    from pipeline.core.fileio import check_outputs
+
+    check_outputs([output], list(inputs))
+    if given is not None:
+        if given not in formats:
+            raise PipelineError(f"--format {given!r}: use {', '.join(formats[:-1])} or {formats[-1]}")
+        return given
+    if output is None or not output.suffix:
+        return default
+    named = SUFFIX_FORMATS.get(output.suffix.lower())
+    if named not in formats:
+        raise PipelineError(f"-o {output}: {output.suffix!r} names none of this command's formats ({', '.join(formats)}); "
+                            f"pass --format, or -o a file ending in {', '.join(s for s, f in SUFFIX_FORMATS.items() if f in formats)}")
+    return named
+
+
 def emit(text: str, output: Optional[Path], is_json: bool = False) -> None:
     """Write a command's result to stdout or `output`; control characters from model or engine
     names are escaped (in JSON as \\u escapes, so it stays valid)."""

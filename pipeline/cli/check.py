@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, console, emit
+from pipeline.cli.app import app, console, emit, output_format
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 
@@ -29,19 +29,16 @@ if TYPE_CHECKING:
 )
 def lint_qdq(
     model: Annotated[Path, typer.Argument(help="ONNX model with QuantizeLinear/DequantizeLinear nodes.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text or json [default: from -o's suffix, else text].")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
     max_sequence: Annotated[Optional[int], typer.Option(help="Longest sequence the engine will see (for the attention rule).")] = None,
     fail_on_findings: Annotated[bool, typer.Option("--fail-on-findings", help="Exit 1 when there are findings (for CI) [default: exit 0].")] = False,
 ) -> None:
     import json
 
-    from pipeline.core.fileio import check_outputs
     from quant.lint import findings_json, lint_file
 
-    if fmt not in ("text", "json"):
-        raise PipelineError(f"--format {fmt!r}: use text or json")
-    check_outputs([output], [model])
+    fmt = output_format(fmt, output, ("text", "json"), inputs=[model])
     findings = lint_file(model, max_sequence)
     if fmt == "json":
         emit(json.dumps(findings_json(findings), indent=2) + "\n", output, is_json=True)
@@ -89,15 +86,14 @@ def compare(
     nodes: Annotated[Optional[str], typer.Option(help="Aligned: keep only the results of nodes whose name, op or module matches this regex.")] = None,
     max_trace_mb: Annotated[Optional[float], typer.Option(min=1, help="Aligned: refuse to run when keeping every result needs more memory than this [default: 4096].")] = None,
     tolerance: Annotated[Optional[float], typer.Option(min=0, help="Aligned: max |B-A| / max |A| under which a pair is equal [default: by precision, fp32 1e-4, fp16 2e-2, int8 0.1].")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="text, json or html: the same comparison and verdict in each.")] = "text",
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, json or html: the same comparison and verdict in each [default: from -o's suffix, else text].")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
     from pipeline.artifacts import recorded_profile
     from pipeline.core.fileio import check_outputs
     from pipeline.diagnose.render import FORMATS, render
 
-    if fmt not in FORMATS:
-        raise PipelineError(f"--format {fmt!r}: use text, json or html")
+    fmt = output_format(fmt, output, FORMATS, inputs=[reference, candidate, inputs])
     if exporters:
         if reference is not None or torch_model:
             raise PipelineError("compare --exporters makes its two models from --profile: give no ONNX file and no --torch")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, console, emit, stdout_console
+from pipeline.cli.app import app, console, emit, output_format, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 
@@ -28,7 +28,7 @@ class LayerInfoFormat(str, Enum):
     layer_json = "layer-json"
 
 
-FormatOption = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")]
+FormatOption = Annotated[Optional[OutputFormat], typer.Option("--format", "-f", help="Output format [default: from -o's suffix, else text].")]
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")]
 DepthOption = Annotated[int, typer.Option(min=1, max=12, help="Module scope depth of the rollup (2: encoder/layers.N).")]
 
@@ -52,7 +52,7 @@ def report(
     layer_info: Annotated[Path, typer.Argument(help="Layer information file (JSON, log, polygraphy output).")],
     onnx: Annotated[Optional[Path], typer.Option(help="The ONNX file the engine was built from: resolves names, module rollup, graph order in the map.")] = None,
     timing: Annotated[Optional[Path], typer.Option(help="Per-layer times: trtexec --exportProfile JSON.")] = None,
-    fmt: FormatOption = OutputFormat.text,
+    fmt: FormatOption = None,
     output: OutputOption = None,
     input_format: Annotated[LayerInfoFormat, typer.Option(help="Force the input format instead of detecting it.")] = LayerInfoFormat.auto,
     build: Annotated[Optional[int], typer.Option(min=1, help="A log holding several layer listings: read listing N [default: the last].")] = None,
@@ -63,8 +63,9 @@ def report(
     from trt.render import render
     from trt.report import report_from_files
 
+    kind = output_format(fmt.value if fmt else None, output, tuple(f.value for f in OutputFormat), inputs=[layer_info, onnx, timing])
     data = report_from_files(layer_info, onnx, timing, input_format.value, depth, build)
-    emit(render(data, fmt.value, all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+    emit(render(data, kind, all_rows=all_rows, pretty=pretty), output, is_json=kind == "json")
 
 
 @app.command(
@@ -90,7 +91,7 @@ def diff(
     timing_b: Annotated[Optional[Path], typer.Option(help="trtexec --exportProfile JSON of B.")] = None,
     build_a: Annotated[Optional[int], typer.Option(min=1, help="A is a log with several layer listings: read listing N [default: the last].")] = None,
     build_b: Annotated[Optional[int], typer.Option(min=1, help="The same for B.")] = None,
-    fmt: FormatOption = OutputFormat.text,
+    fmt: FormatOption = None,
     output: OutputOption = None,
     depth: DepthOption = 2,
     all_rows: AllOption = False,
@@ -107,8 +108,9 @@ def diff(
         b, onnx_b, timing_b = engine_b.layers, engine_b.onnx, engine_b.profile
     elif b is None or a_precision or b_precision:
         raise PipelineError("diff: give two layer information files (A B), or a build's output folder with --a and --b")
+    kind = output_format(fmt.value if fmt else None, output, tuple(f.value for f in OutputFormat), inputs=[a, b, onnx_a, onnx_b, timing_a, timing_b])
     data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth, build_a, build_b)
-    emit(render(data, fmt.value, all_rows=all_rows, pretty=pretty), output, is_json=fmt.value == "json")
+    emit(render(data, kind, all_rows=all_rows, pretty=pretty), output, is_json=kind == "json")
 
 
 def _engines_of_build(folder: Path, a: Optional[str], b: Optional[str]):

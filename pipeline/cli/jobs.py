@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, console, emit, stdout_console
+from pipeline.cli.app import app, console, emit, output_format, stdout_console
 
 jobs_app = typer.Typer(
     help=("GPU benchmark jobs over a matrix (TOML: profiles/matrix-cpu.toml, profiles/matrix-gpu.toml). Every cell is "
@@ -139,13 +139,11 @@ def gather_command(
     import json
 
     from pipeline.core.errors import StageFailed
-    from pipeline.core.fileio import check_outputs
     from pipeline.jobs.gather import compare, gather, parse_slowdown, render_html, render_md
 
     allowed = parse_slowdown(max_slowdown)
-    check_outputs([output], list(results) + list(baseline or []))
-    suffix = output.suffix.lstrip(".") if output is not None else ""
-    kind = format or (GatherFormat(suffix) if suffix in GatherFormat.__members__ else GatherFormat.md)
+    kind = GatherFormat(output_format(format.value if format else None, output, tuple(f.value for f in GatherFormat), default="md",
+                                      inputs=list(results) + list(baseline or [])))
     result = gather(results)
     slow = compare(result, gather(baseline), allowed) if baseline else None
     if kind is GatherFormat.json:
