@@ -26,7 +26,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import interrupts
 from pipeline.codekeys import code_key
-from pipeline.core.errors import CapabilityMissing, PipelineError
+from pipeline.core.errors import CapabilityMissing, PipelineError, StageFailed
 from pipeline.core.fileio import sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, StageRecord
 from pipeline.core.text import printable
@@ -68,14 +68,32 @@ class Runner:
                 SpinnerColumn(), TextColumn("[bold]{task.fields[stage]:<9}[/] {task.description}"), TimeElapsedColumn(),
                 console=self.console, transient=True, disable=not self.console.is_terminal,
             ) as progress:
-                for stage in stages:
-                    records.append(self._run_one(stage, progress))
-                    if stage.name == until:
-                        break
+                failures = self._run_all(stages, until, progress, records)
         finally:
             self._mark_stale()
             self.print_summary()
+        if failures:
+            raise failures[0]
         return records
+
+    def _run_all(self, stages: list[Stage], until: str | None, progress: Progress, records: list[StageRecord]) -> list[StageFailed]:
+        """Run the stages in order. A stage that fails its check (StageFailed) does not stop the others: the stages
+        that read it, directly or not, are not run, the rest are (an INT4 failure no longer keeps BF16 from running).
+        Anything else (bad input, a bug, Ctrl-C, --strict) stops the run at once."""
+        failures: list[StageFailed] = []
+        blocked: dict[str, str] = {}  # stage -> the failed stage it reads
+        for stage in stages:
+            if stage.name in blocked:
+                self._print_line(stage, StageRecord(stage.name, "not run", 0.0, f"it reads stage {blocked[stage.name]}, which failed", run=self.run_id))
+            else:
+                try:
+                    records.append(self._run_one(stage, progress))
+                except StageFailed as err:
+                    failures.append(err)
+                    blocked.update(dict.fromkeys(downstream(self.catalogue, stage.name) - blocked.keys(), stage.name))
+            if stage.name == until:
+                break
+        return failures
 
     def _run_one(self, stage: Stage, progress: Progress) -> StageRecord:
         task = progress.add_task("checking inputs", stage=stage.name)
@@ -228,7 +246,7 @@ class Runner:
                     f"date since run {self.run_id}: run build again with the flags that produce it")))
 
     def _print_line(self, stage: Stage | None, record: StageRecord) -> None:
-        colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow", "refused": "red"}[record.status]
+        colour = {"done": "green", "cached": "cyan", "skipped": "yellow", "failed": "red", "interrupted": "red", "stale": "yellow", "refused": "red", "not run": "yellow"}[record.status]
         status = f"[{colour}]{record.status}[/]{' ' * (len('interrupted') - len(record.status))}"  # padded as seen, not as marked up
         if record.status in ("done", "cached"):  # its figures; a stage outside this run's plan has no key metric to read them
             detail = stage.key_metric(record.metrics) if stage else ""

@@ -178,15 +178,22 @@ def test_the_build_stage_builds_fp8_only_from_compute_capability_8_9(vit, tmp_pa
                                          "requires_compute_capability": "8.9"}
 
 
-def test_an_fp16_gate_failure_says_how_to_find_the_nodes_that_lose_accuracy():
+def test_an_fp16_gate_failure_says_how_to_find_the_nodes_that_lose_accuracy(tmp_path):
+    """With this build's model and profile in the commands (a new user found `--profile P` placeholders), and an
+    overflow called one, not 'cosine_centered=nan'."""
     from pipeline.core.errors import StageFailed
-    from pipeline.stages.shared import gate
+    from pipeline.core.profiles import load_profile
+    from pipeline.stages.shared import fp16_gate_hint, gate
 
+    hint = fp16_gate_hint(tmp_path / "model.opt.onnx", load_profile("bert-tiny"))
     figures = {"cosine_centered": 0.998, "cosine": 0.998, "max_abs_diff": 0.3, "samples": 16}
-    with pytest.raises(StageFailed, match=r"fp16_exclude_nodes or fp16_exclude_op_types.*quantize model.opt.onnx -o fp16.onnx --fp16 .*compare"):
-        gate("fp16", figures, 0.999)
+    with pytest.raises(StageFailed, match=r"fp16_exclude_nodes or fp16_exclude_op_types.*quantize \S+model.opt.onnx -o fp16.onnx --fp16 "
+                                          r"--profile bert-tiny.*compare"):
+        gate("fp16", figures, 0.999, hint)
     with pytest.raises(StageFailed, match="try another preset or more calibration data, or lower --min-cosine"):
         gate("int8", figures, 0.999)
+    with pytest.raises(StageFailed, match=r"fp16: the FP16 model.s outputs hold NaN or Inf .*\(an overflow"):
+        gate("fp16", {**figures, "cosine_centered": float("nan")}, 0.999, hint)
 
 
 def test_fp16_of_a_torch_transformer_encoder_exported_by_dynamo(tmp_path):

@@ -136,6 +136,29 @@ def test_a_failure_makes_earlier_downstream_records_stale(tmp_path):
     assert stale.endswith("s  stage optimize ran again (failed) (earlier run)")  # its cause, not four 250-character lines (issue 36)
 
 
+def test_a_failed_check_stops_only_the_stages_that_read_it(tmp_path):
+    """An INT4 failure kept BF16 from running: a stage failing its check (exit 1) lets the stages that do not read it
+    run, the ones that do are not run, and the run still fails with the first failure."""
+    export, optimize, fp16, int8 = (CountingStage(name) for name in ("export", "optimize", "fp16", "int8"))
+
+    def fail(job):
+        raise StageFailed("optimize: the optimized model differs from its input")
+
+    runner = make_runner(tmp_path, export, optimize, fp16, int8)
+    with pytest.raises(StageFailed, match="optimize: the optimized model differs"):
+        runner.run([export.stage(), Stage("optimize", fail, inputs=("export.out",)), fp16.stage(), int8.stage()])
+    assert (export.runs, fp16.runs, int8.runs) == (1, 0, 0)
+    console = (tmp_path / "console.txt").read_text()
+    assert "fp16      not run" in console and "it reads stage optimize, which failed" in console
+
+    def fail_fp16(job):
+        raise StageFailed("fp16: accuracy below the gate")
+
+    with pytest.raises(StageFailed, match="fp16: accuracy below the gate"):
+        make_runner(tmp_path, export, optimize, fp16, int8).run([export.stage(), optimize.stage(), Stage("fp16", fail_fp16), int8.stage()])
+    assert int8.runs == 1  # int8 does not read fp16: it ran
+
+
 def test_interrupt_and_bug_are_recorded(tmp_path):
     def interrupted(job):
         raise KeyboardInterrupt

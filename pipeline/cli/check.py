@@ -43,12 +43,21 @@ def lint_qdq(
     if fmt == "json":
         emit(json.dumps(findings_json(findings), indent=2) + "\n", output, is_json=True)
     else:
-        lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}"]
+        lines = [f"{model}: {len(findings)} finding{'s' if len(findings) != 1 else ''}" + ("" if findings or _has_qdq(model) else
+                 "; it has no QuantizeLinear/DequantizeLinear node, so there was nothing to check: lint its quantized model "
+                 "(python -m pipeline quantize MODEL -o OUT --int8 --profile YOURS writes one)")]
         for finding in findings:
             lines += [f"[{finding.rule}] {finding.message}", f"    fix: {finding.suggestion}", f"    nodes: {', '.join(finding.nodes)}"]
         emit("\n".join(lines) + "\n", output)
     if fail_on_findings and findings:
         raise typer.Exit(1)
+
+
+def _has_qdq(model: Path) -> bool:
+    from pipeline.core.graph import QDQ_OPS
+    from pipeline.core.onnxfile import load_onnx
+
+    return any(node.op_type in QDQ_OPS for node in load_onnx(model).graph.node)
 
 
 @app.command(

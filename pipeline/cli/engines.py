@@ -192,6 +192,8 @@ def bench(
     write_json(target, result)
     plot(result, target.with_suffix(".png"))
     out = stdout_console()
+    out.print(f"{backend.value}, batch {result['batch']} ({', '.join(f'{k} {v}' for k, v in result['input_shapes'].items())}), "
+              f"{result['timing']}, {iterations} timed runs after {warmup} untimed", highlight=False, markup=False)
     for label, row in result["models"].items():
         out.print(f"{label:>6}: p50 {row['p50_ms']:.3f} ms, p90 {row['p90_ms']:.3f}, p99 {row['p99_ms']:.3f}, mean {row['mean_ms']:.3f}, "
                   f"{row['throughput_per_s']:.1f}/s", highlight=False, markup=False)

@@ -32,7 +32,7 @@ def run_fp16(job: Job) -> StageResult:
         result = convert(q, source, tmp, shared.shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
         # the session that ran the shape checks
         figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
-        shared.gate("fp16", figures, q.min_cosine_fp16)
+        shared.gate("fp16", figures, q.min_cosine_fp16, shared.fp16_gate_hint(source, profile))
         generation = generation_figures(job, result.session, "fp16")
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,

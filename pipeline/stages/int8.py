@@ -114,6 +114,6 @@ STAGE = Stage(
     reads=tuple(dict.fromkeys((*QUANTIZE_READS, *shared.HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8"))),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {m['lint']['count']} lint findings"
+    key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {shared.lint_count(m)}"
                           f"{tokens_note(m)}"),
 )

@@ -4,6 +4,7 @@ libraries' log, and what `python -m pipeline quantize` hands a precision's modul
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -96,24 +97,28 @@ def accuracy(candidate: Path | OnnxSession, reference: BackgroundOutputs, batche
             "reference_seconds": round(reference.seconds, 3) if reference.served == 1 else 0.0}
 
 
-# what to try when a precision's accuracy is below its gate: for FP16, `compare` on the FP16 model (written by
-# `quantize` with the same flags) names the nodes where the error grows
-GATE_HINTS = {
-    "fp16": ("keep the nodes that lose it in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types): `python -m pipeline "
-             "quantize model.opt.onnx -o fp16.onnx --fp16 --profile P`, then `python -m pipeline compare model.opt.onnx fp16.onnx "
-             "--profile P` lists them"),
-}
+def fp16_gate_hint(source: Path, profile: Profile) -> str:
+    """What to try when FP16's accuracy is below its gate: `compare` on the FP16 model (written by `quantize` with
+    the same flags) names the nodes where the error grows; this build's own files and profile in the commands."""
+    profile_arg = profile.name if profile.packaged else str(profile.source)
+    return (f"keep the nodes that lose it in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types): `python -m pipeline quantize "
+            f"{source} -o fp16.onnx --fp16 --profile {profile_arg}`, then `python -m pipeline compare {source} fp16.onnx --profile "
+            f"{profile_arg}` lists them")
 
 
-def gate(stage: str, metrics: dict[str, Any], minimum: float) -> None:
+def gate(stage: str, metrics: dict[str, Any], minimum: float, hint: str = "exclude sensitive nodes, try another preset or more calibration data") -> None:
     from pipeline.core.errors import StageFailed
 
-    if not metrics["cosine_centered"] >= minimum:
-        raise StageFailed(
-            f"{stage}: accuracy below the gate: cosine_centered={metrics['cosine_centered']:.5f} < {minimum} "
-            f"(cosine={metrics['cosine']:.6f}, max_abs_diff={metrics['max_abs_diff']:.3g} vs FP32 on {metrics['samples']} held-out samples); "
-            f"{GATE_HINTS.get(stage, 'exclude sensitive nodes, try another preset or more calibration data')}, or lower --min-cosine"
-        )
+    if metrics["cosine_centered"] >= minimum:
+        return
+    if math.isnan(metrics["cosine_centered"]):  # NaN is below every gate, and says more than a figure
+        raise StageFailed(f"{stage}: the {stage.upper()} model's outputs hold NaN or Inf on the held-out samples (an overflow: a value past "
+                          f"{stage.upper()}'s range), so no accuracy figure exists; {hint}")
+    raise StageFailed(
+        f"{stage}: accuracy below the gate: cosine_centered={metrics['cosine_centered']:.5f} < {minimum} "
+        f"(cosine={metrics['cosine']:.6f}, max_abs_diff={metrics['max_abs_diff']:.3g} vs FP32 on {metrics['samples']} held-out samples); "
+        f"{hint}, or lower --min-cosine"
+    )
 
 
 def require_quantized(stage: str, nodes: int, why: str) -> None:
@@ -179,7 +184,12 @@ def ptq_metrics(result, origin: str) -> dict[str, Any]:
 def ptq_line(m: dict[str, Any]) -> str:
     q = m["qdq"]
     return (f"{m['method']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {q['quantize']} Q / {q['dequantize']} DQ, "
-            f"{m['lint']['count']} lint findings")
+            f"{lint_count(m)}")
+
+
+def lint_count(metrics: dict[str, Any]) -> str:
+    count = metrics["lint"]["count"]
+    return f"{count} lint finding{'s' * (count != 1)}"
 
 
 def request_settings(stage: str, request: QuantizeRequest, reads: tuple[str, ...]):
