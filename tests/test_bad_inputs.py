@@ -144,6 +144,7 @@ def library(tmp_path_factory) -> Path:
     _external(root / "ext" / "missing.onnx", truncate=False)
     _external(root / "ext" / "short.onnx", truncate=True)
     np.savez(root / "good.npz", x=np.ones((4, 8), np.float32))
+    np.savez(root / "tokens.npz", tokens=np.ones((4, 8), np.int64))  # another model's calibration data
     _npz_with_header(root / "huge.npz", _npy_header((2**22, 2**22, 2**20)))  # claims 146 TiB... and more
     _npz_with_header(root / "corrupt.npz", b"\x93NUMPY\x01\x00\xff\xffnot a header at all")
     np.savez(root / "ids.npz", x=np.ones((4, 8), np.int64))
@@ -252,6 +253,8 @@ CASES = {
                                                        "-o r.pdf: '.pdf' names none of this command's formats (text, json, md, html)"),
     "build --onnx without --profile": Case(("build", "--onnx", "good.onnx", "--out", "o"), "build --onnx good.onnx needs --profile: a profile names the model's inputs"),
     "build from a model the profile does not feed": Case(("build", "--profile", "tiny.toml", "--onnx", "foreign_inputs.onnx", "--out", "o"), "model input 'tokens' is not in profile tiny-mlp's [[inputs]]", new_files=BUILD_LEFTOVERS),
+    "build --calib for another model": Case(("build", "--profile", "tiny.toml", "--int8", "--calib", "tokens.npz", "--out", "o"),
+                                            "tokens.npz: no array for input 'x' of profile tiny-mlp (has ['tokens'])"),
     "build --calib without --int8": Case(("build", "--calib", "good.npz"), "--calib is the calibration data of the INT8/FP8/INT4 stages, which this build does not run"),
     "build --preset without --int8": Case(("build", "--preset", "modelopt"), "--preset is the Q/DQ placement of the INT8/FP8 stages"),
     "build --min-cosine without a precision": Case(("build", "--min-cosine", "0.9"), "--min-cosine is the accuracy gate"),

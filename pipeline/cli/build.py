@@ -101,7 +101,6 @@ def build(
 def _checked(options: Options, profile: Optional[str], until: Optional[str], strict: bool, out: Optional[Path]):
     """The profile, the plan and the output folder, after every check that needs no stage to run: a bad input
     is refused before anything is written or computed."""
-    from pipeline.core.fileio import require_file
     from pipeline.core.profiles import load_profile
     from pipeline.settings import check_gates
     from pipeline.stages import build_plan
@@ -114,14 +113,30 @@ def _checked(options: Options, profile: Optional[str], until: Optional[str], str
     names = [stage.name for stage in plan]
     if until is not None and until not in names:
         raise PipelineError(f"Invalid value for '--until': {until!r} is not a stage of this build; use one of {', '.join(names)}")
-    if options.calib is not None:
-        require_file(options.calib, "calibration file", "pass an existing .npz (one array per model input, samples on axis 0)")
     loaded = load_profile(profile or DEFAULT_PROFILE)
     check_gates(loaded)
+    if options.calib is not None:
+        _check_calibration_file(options.calib, loaded)
     out_dir = out or Path("artifacts") / loaded.name
     if strict:
         _fail_early_without_tensorrt(plan[: names.index(until) + 1] if until else plan, lambda: _docker_hint(loaded, options, out_dir))
     return loaded, plan, out_dir
+
+
+def _check_calibration_file(path: Path, profile) -> None:
+    """--calib read before any stage runs: a readable .npz with an array of the right dtype for each of the profile's
+    inputs (the model's own check, shapes included, comes with its calibration)."""
+    from pipeline.core.errors import InputError
+    from pipeline.core.fileio import require_file
+    from pipeline.core.samples import read_npz
+
+    data = read_npz(require_file(path, "calibration file", "pass an existing .npz (one array per model input, samples on axis 0)"))
+    for spec in profile.inputs:
+        if spec.name not in data:
+            raise InputError(f"{path}: no array for input {spec.name!r} of profile {profile.name} (has {sorted(data)}); add one per input")
+        if data[spec.name].dtype != spec.dtype:
+            raise InputError(f"{path}: input {spec.name!r} has dtype {data[spec.name].dtype}, profile {profile.name} says {spec.dtype}; "
+                             f"convert it with .astype({spec.dtype!r})")
 
 
 def _fail_early_without_tensorrt(plan, rerun_hint) -> None:
