@@ -38,7 +38,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # a line is never broken in two: a path stays whole
 
 
 class _StdoutConsole(Console):
