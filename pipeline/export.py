@@ -59,14 +59,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     module, example, dynamic_shapes, profile = build_module(profile)
     function_classes = _function_classes(module, functions or [])
     input_names = [spec.name for spec in profile.inputs]
-    with torch.no_grad():
-        try:
-            outputs = module(*example)
-        except (TypeError, ValueError, RuntimeError, IndexError) as err:  # the user's model on the inputs its profile describes
-            given_inputs = ", ".join(f"{spec.name} {list(getattr(t, 'shape', []))}" for spec, t in zip(profile.inputs, example))
-            raise ProfileError(f"{profile.source}: inputs: {type(module).__name__} does not run on the profile's inputs {given_inputs} "
-                               f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes its forward takes") from err
-        output_names = [name for name, _ in flatten_outputs(outputs, profile)]
+    output_names = _output_names(module, example, profile)
     shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_path(output) as tmp:
@@ -106,6 +99,21 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
             status("generation check: greedy decoding on onnxruntime vs torch")
             generation = _check_generation(profile, module, tmp, session, generation_reference)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+def _output_names(module: Any, example: tuple, profile: Profile) -> list[str]:
+    """The names of the model's flattened outputs, from one run on the example inputs; a model that does not run on
+    the inputs its profile describes is the user's to fix (exit 2), not a bug of ours."""
+    import torch
+
+    with torch.no_grad():
+        try:
+            outputs = module(*example)
+        except (TypeError, ValueError, RuntimeError, IndexError) as err:
+            given = ", ".join(f"{spec.name} {list(getattr(t, 'shape', []))}" for spec, t in zip(profile.inputs, example))
+            raise ProfileError(f"{profile.source}: inputs: {type(module).__name__} does not run on the profile's inputs {given} "
+                               f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes its forward takes") from err
+    return [name for name, _ in flatten_outputs(outputs, profile)]
 
 
 def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None) -> dict[str, Any]:
