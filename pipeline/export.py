@@ -383,23 +383,3 @@ def _summary(text: str) -> str:
     causes = re.findall(r"^<class '[\w.]+'>: (.+)$", text, flags=re.MULTILINE)
     lines = [line for line in text.splitlines() if line.strip()]
     return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")
-
-
-def check_onnx_file(path: Path, profile: Profile) -> int:
-    """Check a user's ONNX file can start a build with this profile (weights not read); return its node count."""
-    from pipeline.core.onnxfile import load_onnx
-
-    model = load_onnx(path)
-    if not model.graph.node:
-        raise InputError(f"{path}: the ONNX graph has no nodes; export the model again")
-    initializers = {i.name for i in model.graph.initializer}
-    inputs = [i.name for i in model.graph.input if i.name not in initializers]
-    if not inputs:
-        raise InputError(f"{path}: the model has no inputs, so there is nothing to feed or calibrate; export it with its inputs")
-    declared = [spec.name for spec in profile.inputs]
-    missing = [name for name in inputs if name not in declared]
-    if missing:
-        fix = "pass --profile with a profile of your model" if profile.packaged else f"add it to {profile.source}"
-        raise InputError(f"{path}: model input {missing[0]!r} is not in profile {profile.name}'s [[inputs]] ({', '.join(declared)}); "
-                         f"{fix} (the model's inputs: {', '.join(inputs)})")
-    return len(model.graph.node)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pipeline.core.errors import InputError
+from pipeline.core.profiles import Profile
 from pipeline.stage import Job, Stage, StageResult
 
 
@@ -9,7 +13,6 @@ def run_export(job: Job) -> StageResult:
     s = job.settings
     if s.onnx is not None:
         from pipeline.core.fileio import require_file
-        from pipeline.export import check_onnx_file
 
         source = require_file(s.onnx, "ONNX file", "pass an existing .onnx path")
         nodes = check_onnx_file(source, s.profile)
@@ -34,6 +37,26 @@ def run_export(job: Job) -> StageResult:
         metrics["generation"] = result.generation
         outputs["generation"] = reference
     return StageResult(outputs, metrics)
+
+
+def check_onnx_file(path: Path, profile: Profile) -> int:
+    """Check a user's ONNX file can start a build with this profile (weights not read); return its node count."""
+    from pipeline.core.onnxfile import load_onnx
+
+    model = load_onnx(path)
+    if not model.graph.node:
+        raise InputError(f"{path}: the ONNX graph has no nodes; export the model again")
+    initializers = {i.name for i in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    if not inputs:
+        raise InputError(f"{path}: the model has no inputs, so there is nothing to feed or calibrate; export it with its inputs")
+    declared = [spec.name for spec in profile.inputs]
+    missing = [name for name in inputs if name not in declared]
+    if missing:
+        fix = "pass --profile with a profile of your model" if profile.packaged else f"add it to {profile.source}"
+        raise InputError(f"{path}: model input {missing[0]!r} is not in profile {profile.name}'s [[inputs]] ({', '.join(declared)}); "
+                         f"{fix} (the model's inputs: {', '.join(inputs)})")
+    return len(model.graph.node)
 
 
 def _key_metric(m: dict) -> str:
