@@ -1,8 +1,10 @@
 """Q/DQ lint: placements in any Q/DQ ONNX (INT8, FP8, INT4) that TensorRT's rules say prevent a fusion.
 
 Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT issues 4397, 3861,
-4039, 4366). Which ops fuse into a GEMM/Conv and which run in float is the placement data of the
-model family's preset (quant/presets.py `PlacementRules`): the lint and the preset read the same.
+4039, 4366); each is an entry of pipeline/core/qdq.py `RULES` (what TensorRT does, its source, the fix).
+Which ops fuse into a GEMM/Conv and which run in float is the placement data of the model family's
+preset (`PlacementRules`): the lint, the preset and the engine prediction (trt/predict/) read the same,
+so each finding is a standalone Q/DQ layer or a cut Myelin region in `python -m pipeline predict`.
 - qdq-after-gemm: a Q/DQ between a GEMM/Conv (or its bias Add; under the CNN rules its
   BatchNormalization and activation) and the op that would otherwise fuse into it;
 - residual-skip-not-quantized: a residual Add fed by a quantized GEMM/Conv whose other (skip)
@@ -32,21 +34,19 @@ from typing import Any
 
 import numpy as np
 
-from quant.patterns import attention_scores
-from quant.presets import (
+from pipeline.core.attention import attention_scores
+from pipeline.core.qdq import (
     CONV_OPS,
-    FAMILY_PRESET,
     FUSED_ATTENTION_HEAD_SIZES,
     FUSED_ATTENTION_MAX_SEQUENCE,
     GEMM_OPS,
-    PRESETS,
+    LINT_RULES,
     PlacementRules,
     QdqGraph,
-    model_family,
 )
+from quant.presets import FAMILY_PRESET, PRESETS, model_family
 
-RULES = ("qdq-after-gemm", "residual-skip-not-quantized", "qdq-into-float-region", "attention-not-fusable", "weight-without-dq",
-         "concat-unequal-scales", "conv-weight-only", "int4-activation", "int4-not-gemm")
+RULES = LINT_RULES  # each with what TensorRT does, its source and its fix: pipeline/core/qdq.py RULES
 INT4_TYPES = (21, 22)  # onnx.TensorProto.UINT4, INT4
 INT4_CONSUMERS = ("MatMul", "Gemm", "Gather", "Transpose", "Reshape", "Cast")
 
