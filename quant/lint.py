@@ -59,9 +59,15 @@ class Finding:
     suggestion: str
 
 
+def family_rules(model) -> PlacementRules:
+    """The placement rules of the preset written for the model's family: what the lint checks by default, and what
+    the engine prediction (trt/predict/) expects TensorRT to fuse."""
+    return PRESETS[FAMILY_PRESET[model_family(model)]].rules
+
+
 def lint_model(model, max_sequence: int | None = None, rules: PlacementRules | None = None) -> list[Finding]:
     """Findings under `rules` (default: the rules of the preset for the model's family)."""
-    rules = rules or PRESETS[FAMILY_PRESET[model_family(model)]].rules
+    rules = rules or family_rules(model)
     graph = QdqGraph.of(model)
     findings: list[Finding] = []
     for check in (_qdq_after_gemm, _residual_skip, _float_region, _weights, _concat_scales, _conv_weight_only, _int4):
