@@ -33,11 +33,9 @@ def build(g: PredictGraph, rules: PlacementRules, trt_major: int, max_sequence: 
     _absorb(g, quantization, owner)
     standard = _conv_pool(g, standard, owner, quantization)
     inside = myelin.members(g, possible, quantization)
-    regions_of, outside = [], []
-    for component in myelin.components(g, inside):
-        (regions_of if myelin.anchored(g, component) else outside).append(component)
-    myelin_nodes = {name for component in regions_of for name in component}
-    groups = standard + _qdq_layers(g, quantization) + _leftovers(g, outside, quantization, owner)
+    myelin_nodes = {name for component in myelin.components(g, inside) if myelin.anchored(g, component) for name in component}
+    rest = {n.name for n in g.nodes if n.name not in owner and n.name not in myelin_nodes and n.name not in g.folded}
+    groups = standard + _qdq_layers(g, quantization) + _leftovers(g, myelin.components(g, rest), quantization, owner)
     layer_nodes = {name for group in groups for name in group.nodes}
     built = Built(groups, quantization)
     for index, region in enumerate(myelin.convex_regions(g, myelin_nodes, layer_nodes)):

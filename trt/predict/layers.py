@@ -71,15 +71,19 @@ def conv_group(g: PredictGraph, conv: Node, targets: dict[str, str]) -> Group:
     Add it takes with the activation after it."""
 
     def eligible(node: Node, outputs: set[str]) -> bool:
-        if node.name in g.folded or node.name in g.erased:
+        if node.name in g.folded:
             return False
         computed = g.computed(node)
+        if node.name in g.erased:  # [FC] a no-op between the convolution and its epilogue is erased first
+            return len(computed) == 1 and computed[0] in outputs
         if node.op_type == "Add" and targets.get(node.name) == conv.name:
             return any(t in outputs for t in computed)
         return node.op_type in CONV_EPILOGUE and bool(computed) and all(t in outputs for t in computed)
 
     members = grow(g, conv, eligible)
-    group = Group("conv", [m.name for m in members], conv.name, members[-1].output[0])
+    if len(members) > 1 and members[-1].name in g.erased:  # a reshape last is no epilogue: it stays erased
+        members = members[:-1]
+    group = Group("conv", [m.name for m in members if m.name not in g.erased], conv.name, members[-1].output[0])
     for member in members:
         if member.op_type == "Add" and targets.get(member.name) == conv.name:
             group.residual = next(t for t in g.computed(member) if t not in {o for m in members for o in m.output})
