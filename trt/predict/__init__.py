@@ -29,6 +29,7 @@ class Prediction(Report):
 
     target: Any = None
     reasons: list = field(default_factory=list)
+    graph: Any = field(default=None, repr=False)  # the ONNX graph it was predicted from (trt/onnx_graph.py), for scoring
 
     def to_json(self) -> dict[str, Any]:
         from trt.predict.rules import rule
@@ -63,9 +64,10 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
         g = load_graph(model)
         target = target_of(g, precision, trt_major)
         plan, reasons = Assembly(g, build(g, rules, trt_major, max_sequence), target).plan(source)
-        report = build_report(plan, graph_of_model(g.model, source))
+        graph = graph_of_model(g.model, source)
+        report = build_report(plan, graph)
     found = vars(report) | {"verdict": f"predicted {report.verdict}", "findings": _findings(reasons) + report.findings}
-    return Prediction(**found, target=target, reasons=reasons)
+    return Prediction(**found, target=target, reasons=reasons, graph=graph)
 
 
 def predict_file(path: Path | str, rules: PlacementRules = CNN_RULES, precision: str = "auto", trt_major: int = 10,

@@ -94,3 +94,21 @@ def agreement(figures: dict[str, Any], tolerance: float = 0.10, min_f1: float = 
         "layers_without_copies": abs(figures["layers_without_copies"]["error"]) <= tolerance,
         "grouping": figures["grouping"]["f1"] >= min_f1,
     }
+
+
+def engine_version(plan: EnginePlan, default: int = 10) -> int:
+    """The TensorRT major version a layer information file names in its format (`... (TensorRT 8.x)`), else `default`."""
+    import re
+
+    found = re.search(r"TensorRT (\d+)", plan.format)
+    return int(found[1]) if found else default
+
+
+def score_engine(model, path: str, real: EnginePlan, rules, max_sequence: int | None = None) -> dict[str, Any]:
+    """A build's prediction scored against the engine it built: what the report stage records in the manifest
+    and `jobs gather` shows beside the latency."""
+    from trt.predict import predict
+
+    prediction = predict(model, rules, "auto", engine_version(real), max_sequence, path)
+    figures = score(prediction.plan, real, prediction.graph)
+    return {"verdict": prediction.verdict, **figures, "meets": agreement(figures)}
