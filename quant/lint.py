@@ -109,28 +109,24 @@ def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
 
 
 def _residual_skip(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
-    for node, gemms, floats in g.residual_adds(rules.epilogue_ops):
-        quantized = [g.quantized_activation(i) is not None for i in node.input]
-        if all(gemms):
-            if not any(quantized) and all(g.quantized_gemm(gemm) for gemm in gemms) and rules.residual_skip:
-                yield Finding(
-                    "residual-skip-not-quantized", [gemms[0].name, gemms[1].name, node.name],
-                    f"residual Add {node.name} adds the float outputs of two quantized convolutions {gemms[0].name} and {gemms[1].name}: "
-                    f"it fuses into neither (prevents the {_fusion(gemms[0])} fusion)",
-                    f"quantize one of its inputs (a Q/DQ on {floats[0]}) so the Add fuses into {gemms[1].name}; preset cnn does this",
-                )
-            continue
-        side = 0 if gemms[0] is not None else 1
-        gemm, skip = gemms[side], node.input[1 - side]
-        if g.quantized_gemm(gemm) and not quantized[1 - side] and g.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
+    for node, gemms, skip in g.float_skips(rules):
+        if skip is None:
             yield Finding(
-                "residual-skip-not-quantized", [gemm.name, node.name, skip],
-                f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "
-                f"(prevents the {_fusion(gemm)} fusion)",
-                "add a Q/DQ on the skip input (the one its tensor already has for the next layer, if any) so the Add fuses into the "
-                f"{gemm.op_type}; preset {_preset_hint(rules)} does this" if rules.residual_skip else
-                f"add a Q/DQ on the skip input so the Add fuses into the {gemm.op_type} in INT8",
+                "residual-skip-not-quantized", [gemms[0].name, gemms[1].name, node.name],
+                f"residual Add {node.name} adds the float outputs of two quantized convolutions {gemms[0].name} and {gemms[1].name}: "
+                f"it fuses into neither (prevents the {_fusion(gemms[0])} fusion)",
+                f"quantize one of its inputs (a Q/DQ on {node.input[0]}) so the Add fuses into {gemms[1].name}; preset cnn does this",
             )
+            continue
+        gemm = gemms[0]
+        yield Finding(
+            "residual-skip-not-quantized", [gemm.name, node.name, skip],
+            f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "
+            f"(prevents the {_fusion(gemm)} fusion)",
+            "add a Q/DQ on the skip input (the one its tensor already has for the next layer, if any) so the Add fuses into the "
+            f"{gemm.op_type}; preset {_preset_hint(rules)} does this" if rules.residual_skip else
+            f"add a Q/DQ on the skip input so the Add fuses into the {gemm.op_type} in INT8",
+        )
 
 
 def _float_region(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:

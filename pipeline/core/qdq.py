@@ -191,6 +191,21 @@ class QdqGraph(GraphIndex):
             if any(gemms):
                 yield node, gemms, floats
 
+    def float_skips(self, rules: PlacementRules) -> Iterator[tuple]:
+        """(Add, [GEMM/Conv], skip tensor or None) for each residual Add a quantized GEMM/Conv cannot take in INT8:
+        its skip input is float (None: the Add sums the float outputs of two quantized convolutions, which under
+        rules with `residual_skip` one of them should quantize)."""
+        for node, gemms, _ in self.residual_adds(rules.epilogue_ops):
+            quantized = [self.quantized_activation(i) is not None for i in node.input]
+            if all(gemms):
+                if not any(quantized) and all(self.quantized_gemm(gemm) for gemm in gemms) and rules.residual_skip:
+                    yield node, gemms, None
+                continue
+            side = 0 if gemms[0] is not None else 1
+            gemm, skip = gemms[side], node.input[1 - side]
+            if self.quantized_gemm(gemm) and not quantized[1 - side] and self.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
+                yield node, [gemm], skip
+
     def rejected(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> bool:
         """The rules reject a Q/DQ on this edge: the input of a float region, or a GEMM/Conv output
         before an op that fuses into it, except the one quantized input of a residual Add whose other

@@ -35,7 +35,7 @@ class Kernels:
             if node.op_type in REDUCTIONS and node.name not in self.of:
                 self._reduction(node)
         for node in nodes:  # a GEMM's or a reduction's epilogue, in graph order
-            if node.op_type in POINTWISE_OPS and node.name not in self.of and not self._feeds_reduction(node):
+            if node.op_type in POINTWISE_OPS and node.name not in self.of and not self._only_feeds_reduction(node):
                 self._epilogue(node)
         for kernel in [k for k in self.kernels if k.kind == "reduction"]:
             self._prologue(kernel)
@@ -127,12 +127,14 @@ class Kernels:
     # ------------------------------------------------------------ what joins an anchor
 
     def _epilogue(self, node: Node) -> None:
-        """A pointwise op computed only from one GEMM's or reduction's kernel joins it."""
-        sources = {self.of.get(self._origin(t)) for t in self.g.computed(node)}
-        if len(sources) != 1 or None in sources:
+        """A pointwise op on one GEMM's or reduction's kernel output joins it, its other inputs constants or tensors
+        computed before that kernel starts (a residual: `GEMM + bias + Add`) [`kernel-gemm-epilogue`]."""
+        origins = [self._origin(t) for t in self.g.computed(node)]
+        kernels = {self.of[o] for o in origins if o in self.of and self.of[o].kind in ("gemm", "reduction", "normalize")}
+        if not kernels:
             return
-        kernel = sources.pop()
-        if kernel.kind in ("gemm", "reduction", "normalize"):
+        kernel = max(kernels, key=self._start)  # the freshest output; every other input is ready before it starts
+        if all(o is None or self.of.get(o) is kernel or self.g.position[o] < self._start(kernel) for o in origins):
             self._add(kernel, node.name)
             if kernel.kind == "gemm" and node.op_type != "Add":
                 kernel.type, kernel.label = "fusion", "__myl_Fc"
@@ -184,6 +186,9 @@ class Kernels:
 
     # ------------------------------------------------------------ helpers
 
+    def _start(self, kernel: Group) -> int:
+        return min(self.g.position[name] for name in kernel.nodes)
+
     def _source(self, tensor: str) -> str:
         """The tensor behind data movement and Q/DQ: GEMMs reading it through them read the same data."""
         for _ in range(8):
@@ -208,9 +213,11 @@ class Kernels:
                 found.append(reader)
         return found
 
-    def _feeds_reduction(self, node: Node) -> bool:
-        return any(r.op_type in REDUCTIONS and r.name in self.inside and self.of.get(r.name, Group("", [], "")).kind != "attention"
-                   for t in node.output for r in self._readers(t))
+    def _only_feeds_reduction(self, node: Node) -> bool:
+        """Every reader is a normalization or reduction outside attention: the op is that kernel's prologue."""
+        readers = [r for t in node.output for r in self._readers(t)]
+        return bool(readers) and all(r.op_type in REDUCTIONS and r.name in self.inside and self.of.get(r.name, Group("", [], "")).kind != "attention"
+                                     for r in readers)
 
 
 def label(g: PredictGraph, kernel: Group) -> str:

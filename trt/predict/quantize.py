@@ -72,7 +72,7 @@ class Placement:
         producer = g.producer(tensor)
         if producer is None:
             return Fate("standalone", rule="qdq-network-input" if tensor in g.input_types else "qdq-not-absorbed", cause=tensor)
-        others = [r for r in g.consumers(tensor) if r.name not in qs]
+        others = [r for r in g.consumers(tensor) if r.name not in qs and r.name not in g.folded]  # a Shape reads no value
         if producer.name in self.myelin and all(r.name in self.myelin for r in others):
             return Fate("absorbed", into=producer.name)  # a Myelin kernel writes the quantized tensor too
         if others:
@@ -145,6 +145,8 @@ class Placement:
         """The readers of a dequantized tensor, looking through the reshapes TensorRT erases (the DQ moves after them)."""
         found = []
         for reader in self.g.consumers(tensor):
+            if reader.name in self.g.folded:
+                continue  # a Shape reads no value
             if reader.name in self.g.erased and hops < MAX_HOPS:
                 found += self._readers(reader.output[0], hops + 1)
             else:
@@ -211,11 +213,9 @@ class Placement:
     def _float_reasons(self) -> None:
         g, reasons = self.g, self.result.reasons
         standalone = {(f.rule, f.cause) for f in self.result.fates.values() if f.kind == "standalone"}
-        for group in {id(gr): gr for gr in self.owner.values()}.values():
-            if group.kind == "conv" and group.residual is not None and self._dq_before(group.residual) is None and group.int8_in:
-                add = next(n for n in group.nodes if residual_add(g, n, group))
-                if ("residual-skip-not-quantized", add) not in standalone:
-                    reasons.append(Reason("float", "residual-skip-not-quantized", add, layer=group.anchor))
+        for add, gemms, _ in g.float_skips(self.rules):  # the lint's residual-skip question (pipeline/core/qdq.py)
+            if ("residual-skip-not-quantized", add.name) not in standalone:
+                reasons.append(Reason("float", "residual-skip-not-quantized", add.name, layer=gemms[-1].name))
         for node in g.nodes:
             reasons += self._node_reasons(node)
 
