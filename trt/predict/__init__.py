@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.errors import InputError
 from pipeline.core.qdq import CNN_RULES, PlacementRules
 from trt.views import Report
 
@@ -60,6 +61,9 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
     from trt.predict.graph import load_graph
     from trt.report import build_report
 
+    if precision not in PRECISIONS or trt_major not in TRT_VERSIONS:
+        raise InputError(f"predict: precision {precision!r} for TensorRT {trt_major}: use a precision of {', '.join(PRECISIONS)} "
+                         f"and a TensorRT major version of {', '.join(map(str, TRT_VERSIONS))}")
     with paused_gc():
         g = load_graph(model)
         target = target_of(g, precision, trt_major)

@@ -107,23 +107,34 @@ class Assembly:
         self._add(layer, nodes)
 
     def _io_reformats(self) -> None:
-        """[`io-reformat`] A weakly typed FP16/BF16 build converts FP32 network inputs and outputs in Reformat layers."""
+        """[`io-reformat`] A weakly typed FP16/BF16 build converts FP32 network inputs and outputs in Reformat layers;
+        a Myelin region's are named after the region, before its first kernel or after its last."""
         if self.target.typed or self.target.float_precision == "FP32":
             return
         for tensor, onnx_type in self.g.input_types.items():
             readers = [self.layer_of[r.name] for r in self.g.consumers(tensor) if r.name in self.layer_of]
-            if onnx_type == 1 and readers and not (readers[0].origin == "QDQ"):
-                at = self.layers.index(readers[0])
-                self.layers.insert(at, Layer(f"Reformatting CopyNode for Input Tensor 0 to {readers[0].name}", "Reformat", [],
-                                             origin="REFORMAT", precision=readers[0].precision, mapping=MAPPING_METADATA))
+            if onnx_type == 1 and readers and readers[0].origin != "QDQ":
+                at, name = self._place_of(readers[0], first=True)
+                self.layers.insert(at, Layer(f"Reformatting CopyNode for Input Tensor 0 to {name}", "Reformat", [], origin="REFORMAT",
+                                             precision=readers[0].precision, mapping=MAPPING_METADATA))
         for tensor, onnx_type in self.g.output_types.items():
             producer = self._producing_layer(tensor)
             if onnx_type == 1 and producer is not None and producer.precision in ("FP16", "BF16"):
-                at = self.layers.index(producer) + 1
+                at, name = self._place_of(producer, first=False)
                 if at < len(self.layers) and self.layers[at].type == "NoOp":
-                    producer, at = self.layers[at], at + 1
-                self.layers.insert(at, Layer(f"Reformatting CopyNode for Output Tensor 0 to {producer.name}", "Reformat", [],
-                                             origin="REFORMAT", precision="FP32", mapping=MAPPING_METADATA))
+                    at, name = at + 1, self.layers[at].name
+                self.layers.insert(at, Layer(f"Reformatting CopyNode for Output Tensor 0 to {name}", "Reformat", [], origin="REFORMAT",
+                                             precision="FP32", mapping=MAPPING_METADATA))
+
+    def _place_of(self, layer: Layer, first: bool) -> tuple[int, str]:
+        """Where a reformat of `layer`'s input (`first`) or output goes, and the name it takes: a Myelin kernel's
+        are its region's, `{ForeignNode[first...last]}`."""
+        if not layer.myelin or layer.type == "Myelin":
+            index = self.layers.index(layer)
+            return (index if first else index + 1), layer.name
+        kernels = [i for i, other in enumerate(self.layers) if other.myelin_graph == layer.myelin_graph]
+        nodes = self.built.region_nodes[layer.myelin_graph]
+        return (kernels[0] if first else kernels[-1] + 1), f"{{ForeignNode[{nodes[0]}...{nodes[-1]}]}}"
 
     def _producing_layer(self, tensor: str) -> Layer | None:
         for _ in range(8):

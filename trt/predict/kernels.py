@@ -173,10 +173,16 @@ class Kernels:
                 self._new("cast", [], node.name, "kgen", "__myl_CastReshCast")
 
     def _pass_through(self, nodes: list[Node]) -> None:
-        """Data movement and Q/DQ go into the kernel of their producer (a DQ: of its reader), else the other side's."""
+        """Data movement and Q/DQ go into the kernel of their producer (a DQ: of its reader), else the other side's;
+        a chain of them (a KV cache's Concat, then its Transpose) settles in a few passes."""
+        for _ in range(4):
+            left = [n for n in nodes if n.name not in self.of and n.op_type in PASS_THROUGH]
+            self._place(left)
+            if all(n.name in self.of for n in left):
+                return
+
+    def _place(self, nodes: list[Node]) -> None:
         for node in nodes:
-            if node.name in self.of or node.op_type not in PASS_THROUGH:
-                continue
             producer = self.g.producer(node.input[0]) if node.input else None
             readers = [r for t in node.output for r in self.g.consumers(t) if r.name in self.of]
             home = self.of.get(producer.name) if producer is not None and node.op_type != "DequantizeLinear" else None

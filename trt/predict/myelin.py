@@ -4,7 +4,6 @@ is cut wherever a layer outside Myelin sits between two of its ops (`myelin-conv
 
 from __future__ import annotations
 
-from pipeline.core.graph import QDQ_OPS
 from trt.predict.graph import PredictGraph
 from trt.predict.parts import Group
 from trt.predict.quantize import Quantization
@@ -81,7 +80,3 @@ def convex_regions(g: PredictGraph, inside: set[str], layers: set[str]) -> list[
         by_level.setdefault(level[name], set()).add(name)
     regions = [region for names in by_level.values() for region in components(g, names)]
     return sorted(regions, key=lambda region: g.position[region[0]])
-
-
-def is_qdq(g: PredictGraph, name: str) -> bool:
-    return g.by_name[name].op_type in QDQ_OPS

@@ -36,4 +36,3 @@ class Reason:
     node: str  # the ONNX node that caused it
     layer: str | None = None  # the predicted layer it is about
     region: int | None = None  # the Myelin region it cuts or bounds
-    detail: str = ""
