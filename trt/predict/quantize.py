@@ -53,7 +53,7 @@ class Placement:
                 fates[q.name] = Fate("merged", into=first)  # [EQ]: identical Q nodes on one tensor are one
         for q in qs:
             if q.name not in fates:
-                fates[q.name] = self._q_fate(q.input[0], {n.name for n in g.consumers(q.input[0]) if fates.get(n.name, Fate("")).into == q.name} | {q.name})
+                fates[q.name] = self._q_fate(q.input[0], self._same_as(q))
         for dq in (n for n in g.nodes if n.op_type == "DequantizeLinear" and n.name not in fates):
             fates[dq.name] = self._dq_fate(dq)
         self._merge_standalone_dqs()
@@ -61,6 +61,11 @@ class Placement:
         return self.result
 
     # ------------------------------------------------------------ Q: fused into its producer, or standalone
+
+    def _same_as(self, q: Node) -> set[str]:
+        """`q` and the identical Qs merged with it."""
+        merged = {n.name for n in self.g.consumers(q.input[0]) if (fate := self.result.fates.get(n.name)) is not None and fate.into == q.name}
+        return merged | {q.name}
 
     def _key(self, q: Node) -> tuple:
         values = tuple(_value(self.g, t) for t in q.input[1:])
