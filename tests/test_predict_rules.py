@@ -71,6 +71,17 @@ def test_an_int8_convolution_takes_the_max_pooling_after_it():
     assert layer_nodes(run(g.model(pooled), trt_major=8)) == [["conv", "relu"], ["pool"]]  # in float they stay apart
 
 
+@covers("reduce-as-pooling")
+def test_a_mean_over_height_and_width_is_a_pooling_layer_outside_myelin():
+    g = Graph()
+    out = g.op("ReduceMean", [g.op("Relu", [g.conv(image(g), "conv")], "relu")], "mean", axes=[2, 3], keepdims=1)
+    layers = run(g.model(out)).layers
+    assert [(layer.type, layer.onnx_nodes) for layer in layers] == [("CaskConvolution", ["conv", "relu"]), ("CaskPooling", ["mean"])]
+    g = Graph()
+    out = g.op("ReduceMean", [tokens(g)], "mean", axes=[2], keepdims=1)  # a reduction over features stays a Myelin kernel
+    assert run(g.model(out)).layers[0].myelin
+
+
 @covers("fc-as-convolution")
 def test_trt8_runs_a_gemm_as_a_convolution_with_a_shuffle_after_it():
     g = Graph()

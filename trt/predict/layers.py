@@ -114,7 +114,7 @@ def standard_groups(g: PredictGraph, fc_gemms: bool) -> tuple[list[Group], dict[
             group = conv_group(g, node, targets)
         elif fc_gemms and g.is_weighted(node) and node.op_type in ("Gemm", "MatMul"):
             group = fc_group(g, node)
-        elif node.op_type in POOL_OPS:
+        elif node.op_type in POOL_OPS or spatial_reduction(g, node):
             group = Group("pool", [node.name], node.name, node.output[0])
         elif node.op_type in STANDARD_OPS:
             group = Group("resize" if node.op_type in ("Resize", "Upsample") else "scale" if node.op_type == "BatchNormalization" else "other",
@@ -125,3 +125,19 @@ def standard_groups(g: PredictGraph, fc_gemms: bool) -> tuple[list[Group], dict[
         for name in group.nodes:
             owner[name] = group
     return groups, owner
+
+
+def spatial_reduction(g: PredictGraph, node: Node) -> bool:
+    """`reduce-as-pooling`: ReduceMean/ReduceMax over H and W of an NCHW tensor (axes 2, 3 or -2, -1 of a rank-4 input)."""
+    if node.op_type not in ("ReduceMean", "ReduceMax"):
+        return False
+    axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None)
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        value = g.constant(node.input[1])
+        axes = None if value is None else [int(v) for v in value.reshape(-1)]
+    if not axes or len(axes) != 2:
+        return False
+    if sorted(axes) == [2, 3]:
+        return True
+    rank = len(g.shapes().get(node.input[0]) or []) if sorted(axes) == [-2, -1] else 0
+    return rank == 4

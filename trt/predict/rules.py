@@ -62,6 +62,8 @@ FUSION_RULES = {r.id: r for r in (
          f"{FC}: convolution and element-wise operation; {EQ}: figures 6 and 7", "nothing to change"),
     Rule("conv-pool-int8", "an INT8 convolution whose only reader is a max pooling running INT8 fuses with it (ConvActPool)",
          f"{FC}: convolution and pooling of equal precision (the TREx A100 engines fuse them only in INT8)", "nothing to change"),
+    Rule("reduce-as-pooling", "an average or max reduction over the two spatial axes of an image becomes a pooling layer",
+         f"{FC}: reduce to pooling (average reduce over H and W)", "nothing to change"),
     Rule("fc-as-convolution", "TensorRT 8.x runs a Gemm/MatMul with constant weights outside Myelin as a 1x1 convolution, with a NoOp shuffle "
          "back to the ONNX shape after it", f"{PARSER} (`reshape_after_<Gemm>`, `copied_squeeze_after_...`)", "nothing to change"),
     Rule("pointwise-fusion", "adjacent pointwise ops no other layer takes run as one PointWise layer `PWN(...)`",
