@@ -313,3 +313,10 @@ def test_every_rule_names_its_behaviour_source_and_fix(rule_id):
 
     found = rule(rule_id)
     assert found.behaviour and found.source and found.fix
+
+
+def test_the_docs_name_every_rule():
+    from conftest import REPO
+
+    text = (REPO / "docs" / "predict.md").read_text()
+    assert [rule_id for rule_id in sorted(set(RULES) | set(FUSION_RULES)) if f"`{rule_id}`" not in text] == []
