@@ -16,8 +16,8 @@ def add_readme_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--readme-only", action="store_true", help="only rewrite docs/performance.md's table from the results file")
 
 
-def write_block(start_marker: str, end_marker: str, table: str) -> None:
-    """Replace what docs/performance.md holds between the two markers with `table`."""
-    text = PAGE.read_text()
+def write_block(start_marker: str, end_marker: str, table: str, page: Path = PAGE) -> None:
+    """Replace what `page` (docs/performance.md) holds between the two markers with `table`."""
+    text = page.read_text()
     start, end = text.index(start_marker), text.index(end_marker)
-    PAGE.write_text(text[: start + len(start_marker)] + "\n" + table + text[end:])
+    page.write_text(text[: start + len(start_marker)] + "\n" + table + text[end:])

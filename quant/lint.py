@@ -1,8 +1,10 @@
 """Q/DQ lint: placements in any Q/DQ ONNX (INT8, FP8, INT4) that TensorRT's rules say prevent a fusion.
 
 Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT issues 4397, 3861,
-4039, 4366). Which ops fuse into a GEMM/Conv and which run in float is the placement data of the
-model family's preset (quant/presets.py `PlacementRules`): the lint and the preset read the same.
+4039, 4366); each is an entry of pipeline/core/qdq.py `RULES` (what TensorRT does, its source, the fix).
+Which ops fuse into a GEMM/Conv and which run in float is the placement data of the model family's
+preset (`PlacementRules`): the lint, the preset and the engine prediction (trt/predict/) read the same,
+so each finding is a standalone Q/DQ layer or a cut Myelin region in `python -m pipeline predict`.
 - qdq-after-gemm: a Q/DQ between a GEMM/Conv (or its bias Add; under the CNN rules its
   BatchNormalization and activation) and the op that would otherwise fuse into it;
 - residual-skip-not-quantized: a residual Add fed by a quantized GEMM/Conv whose other (skip)
@@ -32,21 +34,19 @@ from typing import Any
 
 import numpy as np
 
-from quant.patterns import attention_scores
-from quant.presets import (
+from pipeline.core.attention import attention_scores
+from pipeline.core.qdq import (
     CONV_OPS,
-    FAMILY_PRESET,
     FUSED_ATTENTION_HEAD_SIZES,
     FUSED_ATTENTION_MAX_SEQUENCE,
     GEMM_OPS,
-    PRESETS,
+    LINT_RULES,
     PlacementRules,
     QdqGraph,
-    model_family,
 )
+from quant.presets import FAMILY_PRESET, PRESETS, model_family
 
-RULES = ("qdq-after-gemm", "residual-skip-not-quantized", "qdq-into-float-region", "attention-not-fusable", "weight-without-dq",
-         "concat-unequal-scales", "conv-weight-only", "int4-activation", "int4-not-gemm")
+RULES = LINT_RULES  # each with what TensorRT does, its source and its fix: pipeline/core/qdq.py RULES
 INT4_TYPES = (21, 22)  # onnx.TensorProto.UINT4, INT4
 INT4_CONSUMERS = ("MatMul", "Gemm", "Gather", "Transpose", "Reshape", "Cast")
 
@@ -59,9 +59,15 @@ class Finding:
     suggestion: str
 
 
+def family_rules(model) -> PlacementRules:
+    """The placement rules of the preset written for the model's family: what the lint checks by default, and what
+    the engine prediction (trt/predict/) expects TensorRT to fuse."""
+    return PRESETS[FAMILY_PRESET[model_family(model)]].rules
+
+
 def lint_model(model, max_sequence: int | None = None, rules: PlacementRules | None = None) -> list[Finding]:
     """Findings under `rules` (default: the rules of the preset for the model's family)."""
-    rules = rules or PRESETS[FAMILY_PRESET[model_family(model)]].rules
+    rules = rules or family_rules(model)
     graph = QdqGraph.of(model)
     findings: list[Finding] = []
     for check in (_qdq_after_gemm, _residual_skip, _float_region, _weights, _concat_scales, _conv_weight_only, _int4):
@@ -103,28 +109,24 @@ def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
 
 
 def _residual_skip(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
-    for node, gemms, floats in g.residual_adds(rules.epilogue_ops):
-        quantized = [g.quantized_activation(i) is not None for i in node.input]
-        if all(gemms):
-            if not any(quantized) and all(g.quantized_gemm(gemm) for gemm in gemms) and rules.residual_skip:
-                yield Finding(
-                    "residual-skip-not-quantized", [gemms[0].name, gemms[1].name, node.name],
-                    f"residual Add {node.name} adds the float outputs of two quantized convolutions {gemms[0].name} and {gemms[1].name}: "
-                    f"it fuses into neither (prevents the {_fusion(gemms[0])} fusion)",
-                    f"quantize one of its inputs (a Q/DQ on {floats[0]}) so the Add fuses into {gemms[1].name}; preset cnn does this",
-                )
-            continue
-        side = 0 if gemms[0] is not None else 1
-        gemm, skip = gemms[side], node.input[1 - side]
-        if g.quantized_gemm(gemm) and not quantized[1 - side] and g.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
+    for node, gemms, skip in g.float_skips(rules):
+        if skip is None:
             yield Finding(
-                "residual-skip-not-quantized", [gemm.name, node.name, skip],
-                f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "
-                f"(prevents the {_fusion(gemm)} fusion)",
-                "add a Q/DQ on the skip input (the one its tensor already has for the next layer, if any) so the Add fuses into the "
-                f"{gemm.op_type}; preset {_preset_hint(rules)} does this" if rules.residual_skip else
-                f"add a Q/DQ on the skip input so the Add fuses into the {gemm.op_type} in INT8",
+                "residual-skip-not-quantized", [gemms[0].name, gemms[1].name, node.name],
+                f"residual Add {node.name} adds the float outputs of two quantized convolutions {gemms[0].name} and {gemms[1].name}: "
+                f"it fuses into neither (prevents the {_fusion(gemms[0])} fusion)",
+                f"quantize one of its inputs (a Q/DQ on {node.input[0]}) so the Add fuses into {gemms[1].name}; preset cnn does this",
             )
+            continue
+        gemm = gemms[0]
+        yield Finding(
+            "residual-skip-not-quantized", [gemm.name, node.name, skip],
+            f"residual Add {node.name} adds the quantized {gemm.op_type} {gemm.name} to an unquantized skip input {skip} "
+            f"(prevents the {_fusion(gemm)} fusion)",
+            "add a Q/DQ on the skip input (the one its tensor already has for the next layer, if any) so the Add fuses into the "
+            f"{gemm.op_type}; preset {_preset_hint(rules)} does this" if rules.residual_skip else
+            f"add a Q/DQ on the skip input so the Add fuses into the {gemm.op_type} in INT8",
+        )
 
 
 def _float_region(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:

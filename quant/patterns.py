@@ -5,7 +5,9 @@ quantized), a written-out RMSNorm, and the causal mask a decoder without its cac
 
 from __future__ import annotations
 
+from pipeline.core.attention import attention_scores
 from pipeline.core.graph import GraphIndex
+from pipeline.core.qdq import mask_adds
 
 CAUSAL_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
 
@@ -33,53 +35,9 @@ def attention_mask_adds(model) -> list[str]:
     return mask_adds(GraphIndex.of(model))
 
 
-def mask_adds(graph: GraphIndex) -> list[str]:
-    """`attention_mask_adds` on an index."""
-    return [n.name for n in graph.nodes if n.op_type == "Add" and any(c.op_type == "Softmax" for c in graph.consumers(n.output[0]))]
-
-
 def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
     """(MatMul name, head size, sequence length) of each attention score MatMul (its output reaches a Softmax)."""
     return [(node.name, head, sequence) for node, head, sequence in attention_scores(model, GraphIndex.of(model))]
-
-
-def attention_scores(model, graph: GraphIndex) -> list[tuple[object, int | None, int | None]]:
-    """`attention_shapes` with the MatMul nodes themselves."""
-    import onnx
-
-    inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
-    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-              for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
-    found = []
-    for softmax in (n for n in graph.nodes if n.op_type == "Softmax"):
-        node = graph.producer(softmax.input[0])
-        while node is not None and node.op_type in ("Add", "Where", "Div", "Mul", "Sub"):
-            node = graph.producer(node.input[0])
-        if node is None or node.op_type != "MatMul":
-            continue
-        query = shapes.get(node.input[0]) or []
-        scores = shapes.get(node.output[0]) or []
-        found.append((node, query[-1] if query else None, scores[-1] if scores else None))
-    return found
-
-
-WEIGHT_ELEMENTS = 1024  # larger initializers are weights: shape inference needs their shape, not their values
-
-
-def _without_weights(model):
-    """A copy of `model` whose large initializers keep their type and shape but not their data:
-    shape inference then costs milliseconds instead of serializing every weight."""
-    import math
-
-    import onnx
-
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for tensor in light.graph.initializer:
-        if math.prod(tensor.dims) > WEIGHT_ELEMENTS:
-            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-                tensor.ClearField(data)
-    return light
 
 
 def attention_state(model) -> str:

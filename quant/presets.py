@@ -33,8 +33,9 @@
   FP32 on 100% (the transformer rules with every Mul/Add input quantized: 59-91%).
 - `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`).
 
-Each preset names the model family it is written for (`Preset.family`); the lint reads the same
-data (`PlacementRules`), so what a preset places and what the lint accepts never disagree.
+Each preset names the model family it is written for (`Preset.family`); the lint and the engine
+prediction (trt/predict/) read the same data (`PlacementRules`, pipeline/core/qdq.py), so what a preset
+places, what the lint accepts and what the prediction expects TensorRT to fuse never disagree.
 What they recognize in a graph (attention, masks, RMSNorm) is in quant/patterns.py.
 """
 
@@ -44,36 +45,23 @@ import re
 from dataclasses import dataclass, field
 
 from pipeline.core.errors import InputError
-from pipeline.core.graph import LAYOUT_OPS, GraphIndex
-from quant.patterns import attention_mask_adds, attention_matmuls, attention_shapes, builds_causal_mask, mask_adds, rms_norm_nodes
-
-FUSED_ATTENTION_HEAD_SIZES = (16, 32, 64)
-FUSED_ATTENTION_MAX_SEQUENCE = 512
-GEMM_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")
-CONV_OPS = ("Conv", "ConvTranspose")
-ACTIVATION_OPS = ("Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "LeakyRelu", "Clip", "HardSigmoid", "Softplus", "HardSwish", "Mish", "Elu", "Selu", "PRelu")
-FLOAT_REGION_OPS = ("LayerNormalization", "Softmax")
-# Ops that fuse into the GEMM/Conv before them ("Explicit Quantization": Conv + BatchNorm + activation,
-# GEMM + bias): a GEMM's output read through any chain of these is still "the GEMM's output"
-EPILOGUE_OPS = ("BatchNormalization", *ACTIVATION_OPS)
-# Ops a DQ commutes with (TensorRT moves the DQ after them): a Concat input read through them is still quantized
-COMMUTING_OPS = ("Resize", "MaxPool", *LAYOUT_OPS)
-
-@dataclass(frozen=True)
-class PlacementRules:
-    """TensorRT's placement rules a preset applies and the lint checks (the one source of both)."""
-
-    epilogue_ops: tuple[str, ...]  # fuse into the GEMM/Conv before them: no Q/DQ in between
-    float_region_ops: tuple[str, ...]  # run in float inside a fused region: no Q/DQ on their input
-    residual_skip: bool  # quantize the skip input of a residual Add (moved onto an existing Q/DQ of that tensor)
-    share_concat_scales: bool  # the quantized inputs of a Concat get one scale (the largest)
-    keep_float: tuple[str, ...] = ()  # decoder parts left in higher precision: "lm_head", "kv_cache", "attention", "rms_norm"
-
-
-TRANSFORMER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False)
-CNN_RULES = PlacementRules(("Add", *EPILOGUE_OPS), FLOAT_REGION_OPS, residual_skip=True, share_concat_scales=True)
-DECODER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False,
-                               keep_float=("lm_head", "kv_cache", "attention", "rms_norm"))
+from pipeline.core.graph import GraphIndex
+from pipeline.core.qdq import (  # noqa: F401 - the placement data and graph questions the lint and the prediction share
+    ACTIVATION_OPS,
+    CNN_RULES,
+    COMMUTING_OPS,
+    CONV_OPS,
+    DECODER_RULES,
+    EPILOGUE_OPS,
+    FLOAT_REGION_OPS,
+    FUSED_ATTENTION_HEAD_SIZES,
+    FUSED_ATTENTION_MAX_SEQUENCE,
+    GEMM_OPS,
+    TRANSFORMER_RULES,
+    PlacementRules,
+    QdqGraph,
+)
+from quant.patterns import attention_mask_adds, attention_matmuls, attention_shapes, builds_causal_mask, rms_norm_nodes
 
 
 @dataclass(frozen=True)
@@ -244,102 +232,6 @@ def apply_preset(preset: Preset, model) -> list[str]:
     if rules.share_concat_scales:
         share_concat_scales(model)
     return removed
-
-
-class QdqGraph(GraphIndex):
-    """The questions the presets and the lint ask of a Q/DQ graph, on its index (`QdqGraph.of(model)`)."""
-
-    def quantized_activation(self, tensor: str):
-        """(Q, DQ) when `tensor` is DQ(Q(x)), also with data movement between them (ModelOpt's FP8
-        MHA places Q -> Transpose -> DQ); else None. A DQ of a constant (a weight) is not an activation."""
-        dq = self.producer(tensor)
-        if dq is None or dq.op_type != "DequantizeLinear":
-            return None
-        q = self.producer(dq.input[0])
-        while q is not None and q.op_type in LAYOUT_OPS:
-            q = self.producer(q.input[0])
-        return (q, dq) if q is not None and q.op_type == "QuantizeLinear" else None
-
-    def moves_between(self, q, dq) -> list:
-        """The data movement nodes from `q` to `dq` (Q -> Transpose -> DQ), in graph order; [] when DQ reads Q."""
-        moves, node = [], self.producer(dq.input[0])
-        while node is not None and node is not q:
-            moves.insert(0, node)
-            node = self.producer(node.input[0])
-        return moves
-
-    def single_path(self, q, dq) -> bool:
-        """Every tensor from `q` to `dq` is read once (by the next node): the pair can go without touching another reader."""
-        return all(len(self.readers.get(node.output[0], ())) == 1 for node in [q, *self.moves_between(q, dq)])
-
-    def dequantized_through(self, tensor: str):
-        """`quantized_activation` of `tensor` or of the input of the ops it comes through that a DQ commutes
-        with (nearest Resize, MaxPool, data movement): ModelOpt quantizes before an Upsample, not after."""
-        node = self.producer(tensor)
-        while node is not None and node.op_type in COMMUTING_OPS:
-            tensor, node = node.input[0], self.producer(node.input[0])
-        return self.quantized_activation(tensor)
-
-    def gemm_behind(self, tensor: str, epilogue: tuple[str, ...] = ("Add",), single_use: bool = False):
-        """The GEMM/Conv whose output `tensor` is, directly or through ops that fuse into it (`epilogue`:
-        its bias Add; BatchNormalization and activations under the CNN rules). `single_use`: only if every
-        tensor on the way has one consumer (a Conv whose output also feeds another layer cannot take an Add)."""
-        node = self.producer(tensor)
-        chain = [tensor]
-        for _ in range(4):
-            if node is None or node.op_type not in epilogue:
-                break
-            if node.op_type == "Add":
-                chain.append(next((i for i in node.input if self.op(i) in GEMM_OPS), ""))
-            else:
-                chain.append(node.input[0])
-            node = self.producer(chain[-1])
-        if node is None or node.op_type not in GEMM_OPS:
-            return None
-        if single_use and any(len(self.readers.get(t, ())) != 1 for t in chain):
-            return None
-        return node
-
-    def quantized_gemm(self, gemm) -> bool:
-        """Its activation input is quantized."""
-        return any(self.quantized_activation(i) for i in gemm.input[:1])
-
-    def dq_of(self, tensor: str) -> str | None:
-        """The output of an existing DQ(Q(tensor)) (a Q/DQ placed for another consumer), if any."""
-        for q in self.consumers(tensor):
-            if q.op_type != "QuantizeLinear":
-                continue
-            for dq in self.consumers(q.output[0]):
-                if dq.op_type == "DequantizeLinear":
-                    return dq.output[0]
-        return None
-
-    def residual_adds(self, epilogue: tuple[str, ...]):
-        """(Add, [GEMM behind each input or None], [float tensor of each input]) for Adds of two computed
-        tensors of which at least one is a GEMM/Conv output (mask Adds before Softmax excluded)."""
-        masks = set(mask_adds(self))
-        for node in self.nodes:
-            if node.op_type != "Add" or len(node.input) != 2 or node.name in masks:
-                continue
-            if any(i in self.initializers or self.op(i) == "Constant" for i in node.input):
-                continue
-            floats = [pair[0].input[0] if (pair := self.quantized_activation(i)) else i for i in node.input]
-            gemms = [self.gemm_behind(t, epilogue, single_use=True) for t in floats]
-            if any(gemms):
-                yield node, gemms, floats
-
-    def rejected(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> bool:
-        """The rules reject a Q/DQ on this edge: the input of a float region, or a GEMM/Conv output
-        before an op that fuses into it, except the one quantized input of a residual Add whose other
-        input is the float output of another GEMM/Conv (that GEMM takes the Add)."""
-        if consumer.op_type in rules.float_region_ops:
-            return True
-        if consumer.op_type not in rules.epilogue_ops or self.gemm_behind(source, rules.epilogue_ops, single_use=rules.residual_skip) is None:
-            return False
-        if consumer.op_type == "Add" and rules.residual_skip:
-            other = [i for i in consumer.input if i != dq_output]
-            return not (other and self.quantized_activation(other[0]) is None and self.gemm_behind(other[0], rules.epilogue_ops, single_use=True) is not None)
-        return True
 
 
 def _quantize_residual_skips(model) -> None:

@@ -208,6 +208,35 @@ def test_build_fp16_int8_records_the_figures(built):
     assert "lint findings" in result.stdout and json.loads((out / "int8.lint.json").read_text())["count"] == 0
 
 
+def test_the_precision_stages_predict_their_engine(built):
+    """Each precision stage writes the engine TensorRT will build from its model and says so on its line."""
+    out, result = built
+    stages = {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
+    for name in ("fp16", "int8"):
+        assert stages[name]["metrics"]["predicted"] | {"verdict": None, "reasons": None} == {
+            "layers": 88, "myelin_regions": 1, "standalone_qdq": 0, "verdict": None, "reasons": None}
+        assert json.loads((out / f"model.{name}.predicted.json").read_text())["predicted"] is True
+        assert stages[name]["outputs"]["predicted"].endswith(f"model.{name}.predicted.json")
+    assert result.stdout.count("predicted engine: 88 layers, 1 Myelin region, 0 standalone Q/DQ") == 2
+
+
+def test_int8_placements_predict_one_region_or_a_split_naming_the_qdq_that_cuts_it(quantized):
+    """Our preset keeps bert-tiny one Myelin region; ModelOpt's default placement cuts it at the Q/DQ on each GEMM's
+    output before its residual Add (TensorRT issue 4397), each of them a lint finding."""
+    from quant.lint import family_rules
+    from trt.predict import predict
+
+    ours = predict(quantized["trt-fusion"], family_rules(quantized["trt-fusion"]))
+    assert ours.myelin_regions == 1 and ours.breakdown.qdq_layers == []
+    theirs = predict(quantized["modelopt"], family_rules(quantized["modelopt"]))
+    cuts = {(r.layer, r.node) for r in theirs.reasons if r.kind == "cut" and r.rule == "qdq-after-gemm"}
+    assert theirs.myelin_regions == len(cuts) + 1 and len(cuts) == len(theirs.breakdown.qdq_layers) == 24
+    assert theirs.verdict.startswith("predicted INT8 engine: the network runs as 25 Myelin regions")
+    reasons = {(r.rule, r.node) for r in theirs.reasons}
+    findings = lint_model(quantized["modelopt"])
+    assert findings and all(any((f.rule, node) in reasons for node in f.nodes) for f in findings)
+
+
 def test_accuracy_gate_fails_the_stage_with_the_figures(built, tmp_path):
     import shutil
 

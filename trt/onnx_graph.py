@@ -60,10 +60,14 @@ def load_onnx_graph(path: Path | str) -> OnnxGraph:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:  # protobuf's DecodeError and friends
         raise InputError(f"{path}: not a readable ONNX model ({type(err).__name__}); pass the .onnx the engine was built from") from err
-    model = inline_functions_proto(model)  # TensorRT's parser inlines local functions: so do we
+    return graph_of_model(inline_functions_proto(model), str(path))  # TensorRT's parser inlines local functions: so do we
+
+
+def graph_of_model(model, path: str) -> OnnxGraph:
+    """The report's graph of a ModelProto whose local functions are inlined (`path`: the file it names)."""
     nodes = []
     for index, proto in enumerate(model.graph.node):
         name = proto.name or f"{proto.op_type}_{index}"
         metadata = {p.key: p.value for p in proto.metadata_props}
         nodes.append(Node(name, proto.op_type, list(proto.input), list(proto.output), node_scope(name, metadata)))
-    return OnnxGraph(str(path), nodes, dict.fromkeys(init.name for init in model.graph.initializer))
+    return OnnxGraph(path, nodes, dict.fromkeys(init.name for init in model.graph.initializer))

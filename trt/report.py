@@ -110,7 +110,7 @@ def _kernel_list(regions: list[Region]) -> str:
         return ""
     sizes = [str(len(r.layers)) for r in regions]
     shown = ", ".join(sizes[:6]) + (", ..." if len(sizes) > 6 else "")
-    return f" ({shown} kernels)"
+    return f" ({shown} kernel{'' if sizes == ['1'] else 's'})"
 
 
 def _s(items) -> str:

@@ -4,7 +4,7 @@
 order `--help` lists them.
 """
 
-from pipeline.cli import build, check, convert, engines, jobs, setup  # noqa: F401 - registers the commands
+from pipeline.cli import build, check, convert, engines, jobs, predict, setup  # noqa: F401 - registers the commands
 from pipeline.cli.app import app, main
 
 __all__ = ["app", "main"]

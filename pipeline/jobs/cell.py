@@ -183,16 +183,20 @@ def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
 
 
 def _engine(folder: Path, built: Built) -> dict[str, Any]:
-    """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py),
-    and the build's own accuracy figures for it."""
+    """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py), the
+    build's own accuracy figures for it, and the prediction from its ONNX scored against it (trt/predict/score.py)."""
     from collections import Counter
 
     from pipeline.core.fileio import sha256_file
     from pipeline.core.manifest import Manifest
+    from pipeline.core.onnxfile import load_onnx
+    from quant.lint import family_rules
+    from trt.predict.score import score_engine
     from trt.report import report_from_files
 
     precision, engine = built.precision.name, built.engine
     report = report_from_files(built.layers, onnx=built.onnx)
+    model = load_onnx(built.onnx, weights=True)
     stage = Manifest.load_or_new(folder / "manifest.json", "").get("build")  # read_build read it a moment ago
     accuracy = stage.metrics.get(precision, {}).get("accuracy") if stage else None
     report_html = folder / f"{precision}.report.html"
@@ -201,4 +205,5 @@ def _engine(folder: Path, built: Built) -> dict[str, Any]:
         "layers": report.summary.layers, "myelin_graphs": report.summary.myelin_graphs,
         "precision_mix": dict(Counter(layer.precision or "unknown" for layer in report.layers)),
         "verdict": report.verdict, "report": str(report_html) if report_html.is_file() else None, "accuracy": accuracy,
+        "predicted": score_engine(model, str(built.onnx), report.plan, family_rules(model)),
     }

@@ -50,9 +50,19 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
         "p50_min_ms": min((r["p50_ms"] for r in repeats), default=None), "p50_max_ms": max((r["p50_ms"] for r in repeats), default=None),
         "valid": record.get("valid"), "validity": record.get("validity") or [],
         "regions": engine.get("myelin_graphs"), "layers": engine.get("layers"), "verdict": engine.get("verdict"),
+        **_predicted(engine.get("predicted") or {}),
         "engine_report": engine.get("report"),
         "engine_note": None if engine else ("no engine: onnxruntime runs the ONNX model" if d["backend"] != "trt" else None),
     }
+
+
+def _predicted(score: dict[str, Any]) -> dict[str, Any]:
+    """The prediction from the engine's ONNX beside what was built: its regions, layers and grouping pair F1."""
+    def predicted(key: str):
+        return (score.get(key) or {}).get("predicted")
+
+    return {"predicted_regions": predicted("myelin_regions"), "predicted_layers": predicted("layers"),
+            "prediction_f1": (score.get("grouping") or {}).get("f1")}
 
 
 # (faster, base) pairs of precisions whose p50 ratio the report shows
@@ -181,12 +191,14 @@ def render_md(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) 
 
     c = result["counts"]
     lines = [f"# Benchmark jobs: {c['done']} done, {c['failed']} failed, {c['skipped']} skipped", "",
-             "| cell | model | precision | shape | backend | GPU | p50 ms | p90 ms | cv | valid | regions | verdict |",
-             "|---|---|---|---|---|---|---:|---:|---:|---|---:|---|"]
+             "| cell | model | precision | shape | backend | GPU | p50 ms | p90 ms | cv | valid | regions | predicted regions / layers | verdict |",
+             "|---|---|---|---|---|---|---:|---:|---:|---|---:|---:|---|"]
     for r in result["cells"]:
         if r["status"] == "done":
+            predicted = f"{r['predicted_regions']} / {r['predicted_layers']}" if r["predicted_regions"] is not None else None
             lines.append("| " + " | ".join(cell(v) for v in (r["id"], r["model"], r["precision"], r["shape"], r["backend"], r["gpu_name"],
-                                                          r["p50_ms"], r["p90_ms"], r["cv"], r["valid"], r["regions"], r["verdict"] or r["engine_note"])) + " |")
+                                                          r["p50_ms"], r["p90_ms"], r["cv"], r["valid"], r["regions"], predicted,
+                                                          r["verdict"] or r["engine_note"])) + " |")
     if result["speedups"]:
         lines += ["", "| model | shape | backend | GPU | ratio | speedup |", "|---|---|---|---|---|---:|"]
         lines += ["| " + " | ".join(cell(s[k]) for k in ("model", "shape", "backend", "gpu", "ratio", "speedup")) + " |" for s in result["speedups"]]

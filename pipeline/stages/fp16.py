@@ -37,7 +37,8 @@ def run_fp16(job: Job) -> StageResult:
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": q.min_cosine_fp16, **({"generation": generation} if generation else {})}
-    return StageResult({"onnx": target, **shared.log_output(job.out / "fp16.log")}, metrics)
+    predicted, prediction = shared.predicted_engine(job, "fp16", target)
+    return StageResult({"onnx": target, **predicted, **shared.log_output(job.out / "fp16.log")}, metrics | prediction)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:
@@ -58,5 +59,6 @@ STAGE = Stage(
            *GENERATION_READS, "quant.min_token_agreement_fp16"),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}",
+    key_metric=lambda m: (f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}"
+                          f"{shared.predicted_line(m)}"),
 )

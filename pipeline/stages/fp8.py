@@ -43,7 +43,9 @@ def run_fp8(job: Job) -> StageResult:
     with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "fp8.log", on_step=step)
     write_json(job.out / "fp8.lint.json", findings_json(result.findings))
-    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", **shared.log_output(job.out / "fp8.log")}, shared.ptq_metrics(result, origin))
+    predicted, prediction = shared.predicted_engine(job, "fp8", target)
+    return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", **predicted, **shared.log_output(job.out / "fp8.log")},
+                       shared.ptq_metrics(result, origin) | prediction)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:
@@ -58,5 +60,5 @@ STAGE = Stage(
     reads=tuple(dict.fromkeys((*shared.CALIBRATION_READS, "quant.preset", *shared.HELD_OUT_READS, "quant.min_cosine_fp8"))),
     inputs=("optimize.onnx",),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: f"{m['preset']} " + shared.ptq_line(m),
+    key_metric=lambda m: f"{m['preset']} " + shared.ptq_line(m) + shared.predicted_line(m),
 )

@@ -84,7 +84,8 @@ def run_int8(job: Job) -> StageResult:
         "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}, "accuracy": figures, "min_cosine": q.min_cosine_int8,
         **({"generation": generation} if generation else {}),
     }
-    return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", **shared.log_output(job.out / "int8.log")}, metrics)
+    predicted, prediction = shared.predicted_engine(job, "int8", target)
+    return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", **predicted, **shared.log_output(job.out / "int8.log")}, metrics | prediction)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:
@@ -115,5 +116,5 @@ STAGE = Stage(
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {shared.lint_count(m)}"
-                          f"{tokens_note(m)}"),
+                          f"{tokens_note(m)}{shared.predicted_line(m)}"),
 )

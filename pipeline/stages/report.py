@@ -1,5 +1,6 @@
 """The report stage: for each engine built, which ONNX nodes fused into which layers and Myelin regions
-(trt/report.py), as JSON and HTML beside the engine."""
+(trt/report.py), as JSON and HTML beside the engine, and how well the prediction from its ONNX matched it
+(trt/predict/score.py), in the manifest."""
 
 from __future__ import annotations
 
@@ -25,13 +26,26 @@ def run_report(job: Job) -> StageResult:
         for fmt in ("json", "html"):
             write_text(job.out / f"{prec}.report.{fmt}", render(data, fmt))
             outputs[f"{prec}_{fmt}"] = job.out / f"{prec}.report.{fmt}"
-        metrics[prec] = asdict(data.summary) | {"verdict": data.verdict, "findings": data.findings}
+        metrics[prec] = asdict(data.summary) | {"verdict": data.verdict, "findings": data.findings,
+                                                 "prediction": prediction_score(job.input(precision.stage, "onnx"), data.plan)}
     return StageResult(outputs, metrics)
+
+
+def prediction_score(onnx, plan) -> dict:
+    """How well the prediction from the engine's ONNX (trt/predict/) matches the engine built: `jobs gather` shows it."""
+    from pipeline.core.onnxfile import load_onnx
+    from quant.lint import family_rules
+    from trt.predict.score import score_engine
+
+    model = load_onnx(onnx, weights=True)
+    return score_engine(model, str(onnx), plan, family_rules(model))
 
 
 STAGE = Stage(
     "report", run_report,
     reads=("precisions",),
     inputs=("build.*", *engine_inputs()),
-    key_metric=lambda m: ", ".join(f"{p}: {v['myelin_graphs']} Myelin graphs / {v['layers']} layers" for p, v in m.items()),
+    key_metric=lambda m: ", ".join(f"{p}: {v['myelin_graphs']} Myelin graphs / {v['layers']} layers"
+                                   f" (predicted {v['prediction']['myelin_regions']['predicted']} / {v['prediction']['layers']['predicted']})"
+                                   for p, v in m.items()),
 )

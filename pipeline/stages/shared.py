@@ -237,3 +237,29 @@ def ptq_command_line(label: str, request: QuantizeRequest, result, origin: str) 
     return (f"wrote {request.output}: {label} ({result.method}), opset {result.opset}, {result.qdq['quantize']} Q / "
             f"{result.qdq['dequantize']} DQ, cosine_centered={figures['cosine_centered']:.5f} (gate {result.min_cosine}), "
             f"calibration: {origin}; lint-qdq: {len(result.findings)} findings")
+
+
+def predicted_engine(job: Job, precision: str, model: Path) -> tuple[dict[str, Path], dict[str, Any]]:
+    """The engine TensorRT 10.x will build from the stage's model (trt/predict/), written beside it as
+    `model.<precision>.predicted.json`: the output and the metrics the stage line reads."""
+    from pipeline.core.fileio import write_text
+    from pipeline.core.onnxfile import load_onnx
+    from quant.lint import family_rules
+    from trt.predict import counts, predict
+    from trt.render import render
+
+    job.status(f"predicting the {precision} engine")
+    loaded = load_onnx(model, weights=True)
+    prediction = predict(loaded, family_rules(loaded), "auto", 10, max_sequence(job.settings.profile), str(model))
+    path = job.out / f"model.{precision}.predicted.json"
+    write_text(path, render(prediction, "json"))
+    return {"predicted": path}, {"predicted": counts(prediction) | {"verdict": prediction.verdict}}
+
+
+def predicted_line(metrics: dict[str, Any]) -> str:
+    """The stage line's prediction: `; predicted engine: N layers, M Myelin regions, K standalone Q/DQ`."""
+    p = metrics.get("predicted")
+    if not p:
+        return ""
+    regions = f"{p['myelin_regions']} Myelin region{'s' if p['myelin_regions'] != 1 else ''}"
+    return f"; predicted engine: {p['layers']} layers, {regions}, {p['standalone_qdq']} standalone Q/DQ"

@@ -7,6 +7,7 @@ One module per format:
   --dumpLayerInfo`, verbose builder logs, TensorRT 8.2 tensor syntax), several builds per log;
 - polygraphy_inspect: `polygraphy inspect model X.engine --show layers`;
 - layer_json: per-layer `get_layer_information(i, JSON)` objects joined by separator lines;
+- prediction: a predicted engine (`python -m pipeline predict --format json`), read as a real one;
 - profile: `trtexec --exportProfile` per-layer times.
 Every failure is a `LayerInfoParseError` (a PipelineError): the format detected, where it broke,
 what was expected. Every reader runs in time linear in its input.
@@ -19,7 +20,7 @@ import re
 from pathlib import Path
 
 from pipeline.core.errors import InputError
-from trt.parsers import builder_log, inspector_json, layer_json, polygraphy_inspect
+from trt.parsers import builder_log, inspector_json, layer_json, polygraphy_inspect, prediction
 from trt.parsers.common import REBUILD_DETAILED, LayerInfoParseError, json_problem, loads_json, read_text
 from trt.parsers.profile import TimingRecord, merge_timing, parse_timing
 from trt.plan import EnginePlan
@@ -47,6 +48,9 @@ def parse_layer_info(path: Path | str, input_format: str = "auto", build: int | 
         except (ValueError, RecursionError) as err:  # a 5,000-digit integer, nesting deeper than the reader follows
             raise LayerInfoParseError(source, "JSON", "whole file", json_problem(err), "inspector JSON as written by trtexec --exportLayerInfo") from err
         else:
+            if prediction.looks_like(data):
+                _no_build(source, build, "a predicted engine")
+                return prediction.parse(source, data)
             _no_build(source, build, "inspector JSON")
             return inspector_json.parse(source, data)
     found = input_format if input_format != "auto" else detect_text(text)

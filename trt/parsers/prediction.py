@@ -1,0 +1,44 @@
+"""A predicted engine, as `python -m pipeline predict --format json` writes it (the report JSON with
+`predicted: true`): read back into the plan a real engine is read into, so `report` and `diff` take a
+prediction as one side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trt.parsers.common import LayerInfoParseError
+from trt.plan import MAPPING_METADATA, EnginePlan, Layer
+
+FORMAT = "predicted engine (python -m pipeline predict)"
+EXPECTED = "the JSON `python -m pipeline predict --format json` writes"
+
+
+def looks_like(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("predicted") is True
+
+
+def parse(source: str, data: dict[str, Any]) -> EnginePlan:
+    items = data.get("layers")
+    if not isinstance(items, list):
+        raise LayerInfoParseError(source, FORMAT, "top level", "no 'layers' list", EXPECTED)
+    layers = []
+    for index, item in enumerate(items):
+        try:
+            layers.append(_layer(item))
+        except (KeyError, TypeError, ValueError) as err:
+            raise LayerInfoParseError(source, FORMAT, f"layers[{index}]", f"{type(err).__name__}: {err}", EXPECTED) from None
+    target = data.get("target") or {}
+    source_format = (data.get("source") or {}).get("format") or f"prediction (TensorRT {target.get('trt_major', '?')}.x)"
+    plan = EnginePlan(source, str(source_format), "detailed", layers, notes=["a prediction from the ONNX alone, not an engine TensorRT built"])
+    plan.settle()
+    return plan
+
+
+def _layer(item: dict[str, Any]) -> Layer:
+    nodes = item["onnx_nodes"]
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        raise ValueError("onnx_nodes is not a list of names")
+    graph = item.get("myelin_graph")
+    return Layer(name=str(item["name"]), type=str(item["type"]), onnx_nodes=list(nodes), mapping=MAPPING_METADATA,
+                 precision=item.get("precision"), origin=item.get("origin"), myelin_graph=None if graph is None else int(graph),
+                 profile=int(item.get("profile") or 0))

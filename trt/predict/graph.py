@@ -1,0 +1,118 @@
+"""The ONNX graph as the prediction reads it: the core Q/DQ index (pipeline/core/qdq.py `QdqGraph`) over
+named nodes, with what TensorRT folds away at build time, the weights' Q/DQ, the network's inputs and
+outputs and their types, and the attention the graph holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.core.graph import QDQ_OPS, SHAPE_OPS
+from pipeline.core.qdq import QdqGraph
+from trt.predict.rules import ERASED_OPS, GEMM_OPS, RESHAPE_OPS
+
+FLOAT_TYPES = {1: "FP32", 10: "FP16", 16: "BF16", 11: "FP64"}
+FP8_TYPES = (17, 18, 19, 20)  # onnx.TensorProto.FLOAT8E4M3FN ... FLOAT8E5M2FNUZ
+
+
+@dataclass
+class Node:
+    """An ONNX node with a name (unnamed nodes get `<op>_<index>`, as the report names them)."""
+
+    name: str
+    op_type: str
+    input: list[str]
+    output: list[str]
+    proto: Any = field(repr=False)
+
+    @property
+    def attribute(self):
+        return self.proto.attribute
+
+
+class PredictGraph(QdqGraph):
+    """The graph, its folded nodes, its weights' Q/DQ, its I/O types, in topological (ONNX) order."""
+
+    def __init__(self, model):
+        graph = model.graph
+        nodes = [Node(p.name or f"{p.op_type}_{i}", p.op_type, list(p.input), list(p.output), p) for i, p in enumerate(graph.node)]
+        super().__init__(nodes, {t.name: t for t in graph.initializer}, [o.name for o in graph.output])
+        self.model = model
+        self.by_name = {node.name: node for node in self.nodes}
+        self.position = {node.name: i for i, node in enumerate(self.nodes)}
+        self.input_types = {v.name: v.type.tensor_type.elem_type for v in graph.input if v.name not in self.initializers}
+        self.output_types = {v.name: v.type.tensor_type.elem_type for v in graph.output}
+        self.static, self.folded, self.weight_qdq = self._fold()
+        self.erased = {n.name for n in self.nodes if n.name not in self.folded and self._erasable(n)}
+        self._shapes: dict[str, list[int | None]] | None = None
+
+    def _fold(self) -> tuple[set[str], set[str], set[str]]:
+        """Tensors known at build time, the nodes folded into constants, and the Q/DQ of weights (they go
+        into the layer that reads the weight) [FC: constants fold; EQ: quantized weights]."""
+        static = set(self.initializers)
+        folded, weights = set(), set()
+        for node in self.nodes:
+            inputs = [t for t in node.input if t]
+            if node.op_type == "Constant" or node.op_type in SHAPE_OPS or (inputs and all(t in static for t in inputs)):
+                (weights if node.op_type in QDQ_OPS else folded).add(node.name)
+                static.update(node.output)
+        return static, folded, weights
+
+    def _erasable(self, node: Node) -> bool:
+        """Identity/Dropout, and a reshape that writes no network output [FC: no-op erasure]."""
+        if node.op_type in ERASED_OPS:
+            return True
+        return node.op_type in RESHAPE_OPS and not set(node.output) & set(self.outputs)
+
+    def computed(self, node: Node) -> list[str]:
+        """The inputs of `node` computed at run time (not constants, weights or shapes)."""
+        return [t for t in node.input if t and t not in self.static]
+
+    def is_weighted(self, node: Node) -> bool:
+        """A GEMM or convolution whose weight (input 1) is known at build time."""
+        return node.op_type in ("Conv", "ConvTranspose", *GEMM_OPS) and len(node.input) > 1 and node.input[1] in self.static
+
+    def has_qdq(self) -> bool:
+        return any(n.op_type in QDQ_OPS for n in self.nodes)
+
+    def shapes(self) -> dict[str, list[int | None]]:
+        if self._shapes is None:
+            from pipeline.core.attention import tensor_shapes
+
+            self._shapes = tensor_shapes(self.model)
+        return self._shapes
+
+    def attention(self) -> list[tuple[Node, int | None, int | None]]:
+        """(score MatMul, head size, sequence) of each attention in the graph."""
+        from pipeline.core.attention import attention_scores
+
+        if not any(n.op_type == "Softmax" for n in self.nodes):
+            return []
+        return attention_scores(self.model, self, self.shapes())
+
+    def float_type(self) -> str:
+        """The float precision the model computes in: FP16/BF16 when its weights are, else FP32."""
+        types = {t.data_type for t in self.initializers.values() if t.data_type in FLOAT_TYPES}
+        casts = {a.i for n in self.nodes if n.op_type == "Cast" for a in n.attribute if a.name == "to"}
+        for onnx_type in (10, 16):
+            if onnx_type in types or onnx_type in casts:
+                return FLOAT_TYPES[onnx_type]
+        return "FP32"
+
+    def quantized_type(self) -> str | None:
+        """INT8 or FP8 when the graph has activation Q/DQ; None without."""
+        found = None
+        for node in self.nodes:
+            if node.op_type == "QuantizeLinear" and node.name not in self.weight_qdq:
+                zero = self.initializers.get(node.input[2]) if len(node.input) > 2 else None
+                if zero is not None and zero.data_type in FP8_TYPES:
+                    return "FP8"
+                found = "INT8"
+        return found
+
+
+def load_graph(model) -> PredictGraph:
+    """The prediction's view of a ModelProto, its local functions inlined (TensorRT's parser inlines them)."""
+    from pipeline.core.scopes import inline_functions_proto
+
+    return PredictGraph(inline_functions_proto(model))
