@@ -51,9 +51,19 @@ def test_qdq_after_gemm():
 
 
 def test_residual_skip_not_quantized():
+    """Under the CNN rules a float skip input is always a finding; under the transformer rules (the Add runs in float
+    inside Myelin) only when the skip tensor already has a Q for another reader, which the Add can share: a new Q/DQ
+    would sit on a pre-LN transformer's LayerNorm input, which the same rules keep float (a new user's trt-fusion
+    model failed its own lint)."""
+    from quant.presets import CNN_RULES
+
     nodes = [n for n in gemm_block(output_qdq=False) if n.name not in ("skip_Q", "skip_DQ")]
     nodes[-1] = helper.make_node("Add", ["biased", "skip"], ["y"], name="residual")
-    findings = lint_model(model(nodes, ["x", "skip"], ["y"]))
+    assert lint_model(model(nodes, ["x", "skip"], ["y"])) == []
+    findings = lint_model(model(nodes, ["x", "skip"], ["y"]), rules=CNN_RULES)
+    assert rules(findings) == ["residual-skip-not-quantized"] and findings[0].nodes == ["gemm", "residual", "skip"]
+    shared = nodes + qdq("skip") + [helper.make_node("MatMul", ["skip_dq", "w"], ["next"], name="next_gemm")]
+    findings = lint_model(model(shared, ["x", "skip"], ["y", "next"]))
     assert rules(findings) == ["residual-skip-not-quantized"] and findings[0].nodes == ["gemm", "residual", "skip"]
 
 

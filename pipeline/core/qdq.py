@@ -194,7 +194,10 @@ class QdqGraph(GraphIndex):
     def float_skips(self, rules: PlacementRules) -> Iterator[tuple]:
         """(Add, [GEMM/Conv], skip tensor or None) for each residual Add a quantized GEMM/Conv cannot take in INT8:
         its skip input is float (None: the Add sums the float outputs of two quantized convolutions, which under
-        rules with `residual_skip` one of them should quantize)."""
+        rules with `residual_skip` one of them should quantize). Under rules without it (transformers: the Add runs
+        in float inside the Myelin region), only a skip whose tensor already has a Q for another reader counts: that
+        Q/DQ serves the Add too; a new one would sit on a pre-LN transformer's LayerNorm input, which the same rules
+        keep in float."""
         for node, gemms, _ in self.residual_adds(rules.epilogue_ops):
             quantized = [self.quantized_activation(i) is not None for i in node.input]
             if all(gemms):
@@ -203,7 +206,8 @@ class QdqGraph(GraphIndex):
                 continue
             side = 0 if gemms[0] is not None else 1
             gemm, skip = gemms[side], node.input[1 - side]
-            if self.quantized_gemm(gemm) and not quantized[1 - side] and self.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None:
+            if self.quantized_gemm(gemm) and not quantized[1 - side] and self.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None \
+                    and (rules.residual_skip or any(reader.op_type == "QuantizeLinear" for reader in self.consumers(skip))):
                 yield node, [gemm], skip
 
     def rejected(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> bool:
