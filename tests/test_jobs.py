@@ -289,3 +289,30 @@ def test_the_docs_cost_table_is_the_recorded_benchmark():
     text = (REPO / "docs" / "jobs.md").read_text()
     block = text[text.index("<!-- jobs_speed table -->") + len("<!-- jobs_speed table -->"):text.index("<!-- end of jobs_speed table -->")]
     assert block == "\n" + module.table(json.loads(module.RESULTS.read_text()))
+
+
+def test_every_repeat_lasts_the_minimum_duration_when_the_runs_get_faster_after_calibrating(monkeypatch, tmp_path):
+    """The new user's INVALID cell: the count was calibrated once (54 runs of 5.6 ms for 300 ms) and the later repeats
+    ran faster (341, 275, 224 ms). Each repeat must last min_duration_ms: a short one is run again with more runs."""
+    import trt.bench
+    from pipeline.jobs.cell import _time
+    from pipeline.jobs.plan import Cell
+
+    per_run_ms = iter([5.6, 5.6, 6.3, 5.1, 4.1, 4.1, 4.1, 4.1, 4.1, 4.1])  # one per bench() call: calibration, then the repeats
+
+    def fake_bench(models, backend, feeds, warmup, iterations, **_):
+        mean = next(per_run_ms)
+        row = {"model": "m", "p50_ms": mean, "p90_ms": mean, "p99_ms": mean, "mean_ms": mean, "min_ms": mean, "max_ms": mean,
+               "throughput_per_s": 1000 / mean, "iterations": iterations}
+        return {"timing": "wall clock", "batch": 1, "input_shapes": {"x": [1, 8]}, "models": {"fp32": row}}
+
+    monkeypatch.setattr(trt.bench, "bench", fake_bench)
+    (tmp_path / "tiny.toml").write_text(TINY_MLP_PROFILE)
+    method = {"seed": 0, "warmup_ms": 10, "min_duration_ms": 300, "min_iterations": 10}
+    cell = Cell(index=0, model="tiny-mlp", profile=str(tmp_path / "tiny.toml"), onnx=None, shape={"batch": 1}, precision="fp32",
+                backend="ort-cpu", builder={}, gpu="cpu", method=method, repeats=3)
+    record = {"repeats": [], "validity": []}
+    _time(cell, tmp_path / "model.onnx", record)
+    assert len(record["repeats"]) == 3 and all(r["timed_ms"] >= 300 for r in record["repeats"]), record["repeats"]
+    assert record["valid"] is True and record["validity"] == []
+
