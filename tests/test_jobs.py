@@ -316,3 +316,26 @@ def test_every_repeat_lasts_the_minimum_duration_when_the_runs_get_faster_after_
     assert len(record["repeats"]) == 3 and all(r["timed_ms"] >= 300 for r in record["repeats"]), record["repeats"]
     assert record["valid"] is True and record["validity"] == []
 
+
+def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_line(tmp_path):
+    """The reason a cell is INVALID is on the page, not only in a tooltip; column headers do not wrap ("to run it" took 3 lines);
+    the "to run it" column is left out when no cell has a command to run it."""
+    import re
+
+    from pipeline.jobs.gather import gather, render_html
+
+    definition = {"model": "tiny-mlp", "precision": "fp32", "backend": "ort-cpu", "shape": {"batch": 8}, "builder": {}, "gpu": "cpu"}
+    reason = "2 of 3 repeats under the minimum duration (300 ms) or iteration count (10) after 3 longer reruns"
+    cells = {"a" * 12: {"status": "done", "valid": False, "validity": [reason], "repeats": [{"p50_ms": 4.0}],
+                        "latency": {"p50_ms": 4.0, "p90_ms": 4.2, "p99_ms": 4.4, "mean_ms": 4.1, "throughput_per_s": 1900.0, "cv": 0.17}},
+             "b" * 12: {"status": "skipped", "reason": "onnxruntime's CPUExecutionProvider has no kernel for it"}}
+    (tmp_path / "cells").mkdir()
+    for index, (cell_id, fields) in enumerate(cells.items()):
+        record = {"schema": 1, "id": cell_id, "index": index, "label": "tiny-mlp fp32 batch=8 ort-cpu on cpu", "definition": definition,
+                  "reason": None, "docker": None, "validity": []} | fields
+        (tmp_path / "cells" / f"{cell_id}.json").write_text(json.dumps(record))
+    page = render_html(gather([tmp_path]))
+    shown = re.sub(r"<[^>]*>", " ", page)  # the text a reader sees, without tags and their attributes
+    assert reason in shown and "INVALID" in shown
+    assert re.search(r"\bth \{[^}]*white-space: nowrap", page)
+    assert "to run it" not in page

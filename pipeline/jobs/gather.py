@@ -135,7 +135,7 @@ def plots(result: dict[str, Any]) -> dict[str, str]:
                 axis.set_yscale("log")
             axis.set_ylabel("p50 latency (ms" + (", log scale)" if log else ")"))
             axis.set_title(f"{gpu}: p50, whiskers from the fastest repeat's p50 to p90", fontsize=9)
-            axis.legend(fontsize=8)
+            axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the bars, never over one
         figure.tight_layout()
         images["latency"] = _png(figure, plt)
     if result["speedups"]:
