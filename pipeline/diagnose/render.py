@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.diagnose.compare import AlignedRow, Alignment, NodeComparison
-from pipeline.diagnose.divergence import ExportersComparison, TorchComparison
+from pipeline.diagnose.divergence import ExportersComparison, TorchComparison, some
 
 FORMATS = ("text", "json", "html")
 NODE_COLUMNS = ("node (-> the Q/DQ on its output)", "module", "op", "input err", "output err", "growth")
@@ -126,7 +126,8 @@ def _export_checks(result: ExportersComparison) -> list[str]:
     for exporter, side in result.torch.items():
         first, worst = side.first_diverging, side.worst_module
         lines.append(f"torch vs {exporter} ({side.nodes} nodes): outputs max_abs_diff {side.outputs_max_abs_diff:.3g}; "
-                     f"{side.mapped} of {side.modules} modules mapped, "
+                     f"{side.mapped} of {side.modules} modules mapped"
+                     + (f" ({len(side.fused)} folded by the exporter into the one before, compared at the pair's node: {some(side.fused)})" if side.fused else "") + ", "
                      + (f"first over the tolerance {side.tolerance:g}: {first.module} ({first.kind}, {first.max_abs_diff:.3g})" if first
                         else f"none over the tolerance {side.tolerance:g}")
                      + (f"; largest: {worst.module} {worst.max_abs_diff:.3g}" if worst else ""))
@@ -228,7 +229,7 @@ def _html(result: NodeComparison | Alignment | TorchComparison | ExportersCompar
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
-    page = {"verdict": result.verdict, "checks": [], "r": None}
+    page = {"verdict": result.verdict, "checks": [], "r": None, "warn": isinstance(result, TorchComparison) and result.first_diverging is not None}
     if isinstance(result, NodeComparison):
         page |= {"title": "Where the error grows", "source": _node_header(result), "notes": [NODE_LEGEND], "columns": NODE_COLUMNS,
                  "widths": (40, 18, 12, 10, 10, 10), "numbers": NODE_NUMBERS, "rows": _node_rows(result, top)}
@@ -239,7 +240,8 @@ def _html(result: NodeComparison | Alignment | TorchComparison | ExportersCompar
         aligned = result.alignment if isinstance(result, ExportersComparison) else result
         first = aligned.first_divergence.row if aligned.first_divergence else None
         around = aligned.rows[max(0, first - 1 - CONTEXT): first + CONTEXT] if first else []
-        page |= {"title": "Two executions aligned", "source": _source(aligned), "notes": aligned.inputs, "r": aligned, "blocks": _blocks(aligned.rows),
+        warn = not result.agrees if isinstance(result, ExportersComparison) else first is not None
+        page |= {"title": "Two executions aligned", "source": _source(aligned), "notes": aligned.inputs, "r": aligned, "blocks": _blocks(aligned.rows), "warn": warn,
                  "around": around, "row_class": lambda row: _row_class(row, first),
                  "checks": _export_checks(result) + [aligned.verdict] if isinstance(result, ExportersComparison) else []}
     return env.get_template("compare.html.j2").render(**page)
