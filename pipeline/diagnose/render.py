@@ -13,16 +13,19 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.text import html_breakable
 from pipeline.diagnose.compare import AlignedRow, Alignment, NodeComparison
 from pipeline.diagnose.divergence import ExportersComparison, TorchComparison, some
 
 FORMATS = ("text", "json", "html")
 NODE_COLUMNS = ("node (-> the Q/DQ on its output)", "module", "op", "input err", "output err", "growth")
 NODE_NUMBERS = (3, 4, 5)  # the columns that hold numbers, right-aligned
+NODE_NAMES = (0, 1)  # the columns that hold names, wrapped between their parts in the HTML
 NODE_LEGEND = ("error: max |B-A| / max |A| over the samples; input err: the largest error among the node's inputs; output err: the "
                "error of its output (in B after the Q/DQ pair on it, if any); growth: output err - input err, what this node adds (largest first)")
 TORCH_COLUMNS = ("module", "class", "max abs", "relative", "tensor / note")
 TORCH_NUMBERS = (2, 3)
+TORCH_NAMES = (0, 4)
 
 
 def render(result: NodeComparison | Alignment | TorchComparison | ExportersComparison, fmt: str, everything: bool = False, top: int = 15) -> str:
@@ -229,13 +232,14 @@ def _html(result: NodeComparison | Alignment | TorchComparison | ExportersCompar
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["breakable"] = html_breakable
     page = {"verdict": result.verdict, "checks": [], "r": None, "warn": isinstance(result, TorchComparison) and result.first_diverging is not None}
     if isinstance(result, NodeComparison):
         page |= {"title": "Where the error grows", "source": _node_header(result), "notes": [NODE_LEGEND], "columns": NODE_COLUMNS,
-                 "widths": (40, 18, 12, 10, 10, 10), "numbers": NODE_NUMBERS, "rows": _node_rows(result, top)}
+                 "numbers": NODE_NUMBERS, "names": NODE_NAMES, "rows": _node_rows(result, top)}
     elif isinstance(result, TorchComparison):
         page |= {"title": "The export against torch, module by module", "source": _torch_header(result), "notes": [], "columns": TORCH_COLUMNS,
-                 "widths": (32, 14, 9, 9, 36), "numbers": TORCH_NUMBERS, "rows": _torch_rows(result)}
+                 "numbers": TORCH_NUMBERS, "names": TORCH_NAMES, "rows": _torch_rows(result)}
     else:
         aligned = result.alignment if isinstance(result, ExportersComparison) else result
         first = aligned.first_divergence.row if aligned.first_divergence else None
