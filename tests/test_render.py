@@ -49,3 +49,20 @@ def test_fusion_map_marks_standalone_q_dq_layers(trt_fixtures):
     assert standalone and {name for _, name in report.fusion_map["qdq"]} == standalone
     page = render(report, "html")
     assert page.count('fill="#c00"') == len(report.fusion_map["qdq"])
+
+
+def test_the_fusion_maps_counts_add_up_to_the_pages_totals(trt_fixtures):
+    """The new user read "52 regions along 93 ONNX nodes" above a summary of 86 regions and 148 ONNX nodes (YOLO), and a diff's
+    map of 2 and 3 regions above totals of 4 and 7 (Swin): each count now says what it counts, and they add up."""
+    yolo = report_from_files(trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json")
+    label = re.search(r'<div class="label">(.*?)</div>', render(yolo, "html")).group(1)
+    found = re.fullmatch(r"engine: (\d+) ONNX nodes the layers name besides (\d+) Q/DQ nodes, in (\d+) of its (\d+) regions \(the others: (.*)\); "
+                         r"\d+ changes of region; (\d+) markers", label)
+    nodes, qdq, drawn, regions, others, markers = found.groups()
+    assert int(nodes) + int(qdq) == yolo.summary.metadata_onnx_nodes == 148 and int(regions) == yolo.summary.regions == 86
+    assert int(drawn) + sum(int(n) for n in re.findall(r"(\d+) ", others)) == 86 and int(markers) == len(yolo.fusion_map["qdq"])
+    swin = diff_from_files(trt_fixtures / "trt82_swin_tiny_fp16_T4_builder_layers.log", trt_fixtures / "trt82_swin_tiny_int8_T4_builder_layers.log")
+    labels = re.findall(r'<div class="label">(.*?)</div>', render(swin, "html"))
+    totals = [int(re.search(r" of its (\d+) regions", text).group(1)) for text in labels]
+    assert totals == [swin.totals["regions"].a, swin.totals["regions"].b] == [4, 7]
+
