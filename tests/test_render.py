@@ -66,3 +66,19 @@ def test_the_fusion_maps_counts_add_up_to_the_pages_totals(trt_fixtures):
     totals = [int(re.search(r" of its (\d+) regions", text).group(1)) for text in labels]
     assert totals == [swin.totals["regions"].a, swin.totals["regions"].b] == [4, 7]
 
+
+@pytest.mark.parametrize("name", ["trt852_namesonly_yolo_qdq_int8.layers.json", "trt82_swin_tiny_int8_T4_builder_layers.log"])
+def test_names_wrap_between_their_parts_and_markers_are_drawn_whole(trt_fixtures, name):
+    """"(app / roximate)", "Laye / r* 4178": names broke anywhere (word-break: break-all); they wrap at spaces and after
+    / _ . now. The first Q/DQ marker was cut in half at the map's left edge."""
+    report = report_from_files(trt_fixtures / name)
+    for page in (render(report, "html"), render(diff_from_files(trt_fixtures / name, trt_fixtures / name), "html")):
+        assert "break-all" not in page and "overflow-wrap: anywhere" not in page
+        for svg in re.findall(r"<svg .*?</svg>", page, re.DOTALL):
+            width = float(re.search(r'<svg width="([\d.]+)"', svg).group(1))
+            xs = [float(x) for path in re.findall(r'<path d="([^"]+)"', svg) for x in re.findall(r"[ML]([-\d.]+),", path)]
+            assert all(0 <= x <= width for x in xs), "every marker inside the map"
+    page = render(report, "html")
+    layer = next(layer.name for layer in report.layers if "_" in layer.name and not set("<>&'\"") & set(layer.name))
+    wrapped = re.sub(r"([/_.])", r"\1<wbr>", layer)
+    assert f'<td class="name">{wrapped}</td>' in page

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.text import html_breakable
 from trt.plan import EnginePlan, Region, looks_qdq
 from trt.render.text import cell, nodes_preview
 from trt.views import Diff, Report
 
 STRIP_WIDTH = 1100  # px
+PAD = 5  # px either side of the strip: a marker at its first or last node is drawn whole (it is 8 px wide)
 # alternating shades per kind, so two neighbouring regions of one kind still differ
 PALETTE = {
     "myelin": ("#5f9e00", "#9ccc4a", "#3f6f00", "#c3e38f"),
@@ -32,8 +34,9 @@ def html(view: Report | Diff) -> str:
     env = Environment(loader=FileSystemLoader(Path(__file__).parents[1] / "templates"), autoescape=select_autoescape(default=True))
     env.filters["cell"] = cell
     env.filters["nodes"] = nodes_preview
+    env.filters["breakable"] = html_breakable
     fusion_map = view.fusion_map
-    common = {"order": fusion_map["order"], "palette": PALETTE, "blank": NOT_IN_ENGINE, "precisions": PRECISION_COLOURS, "width": STRIP_WIDTH}
+    common = {"order": fusion_map["order"], "palette": PALETTE, "blank": NOT_IN_ENGINE, "precisions": PRECISION_COLOURS, "width": STRIP_WIDTH + 2 * PAD}
     order = fusion_map["order"]
     if isinstance(view, Report):
         strip = _strip(fusion_map["nodes"], fusion_map["region"], view.regions, fusion_map["qdq"])
@@ -79,10 +82,10 @@ def _strip(nodes: list[str], regions: list[int | None], info: list[Region], mark
                 f"; {unnamed} of these nodes are not named by the engine" if unnamed else "")
         title += f"\n{len(span)} node{'s' if len(span) != 1 else ''}: {span[0]}" + (f" ... {span[-1]}" if len(span) > 1 else "")
         width = max((i - start) * scale, 0.6)
-        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": _fit(region.name if region else "", width),
+        runs.append({"x": round(PAD + start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": _fit(region.name if region else "", width),
                      "ink": "#fff" if colour in DARK else "#222", "band": PRECISION_COLOURS.get(region and region.precision or "", "#ffffff")})
         start = i
-    ticks = [{"x": round(min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
+    ticks = [{"x": round(PAD + min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
     named = [r for r in regions if r is not None]
     changes = sum(1 for a, b in zip(named, named[1:]) if a != b)
     return {"runs": runs, "ticks": ticks, "nodes": len(nodes), "regions": sorted(set(named)), "changes": changes}
