@@ -339,3 +339,8 @@ def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_
     assert reason in shown and "INVALID" in shown
     assert re.search(r"\bth \{[^}]*white-space: nowrap", page)
     assert "to run it" not in page
+    skipped = json.loads((tmp_path / "cells" / f"{'b' * 12}.json").read_text()) | {"docker": "docker run --gpus all -v /data/res:/res trt-pipeline"}
+    (tmp_path / "cells" / f"{'b' * 12}.json").write_text(json.dumps(skipped))
+    page = render_html(gather([tmp_path]))  # a command wraps at its spaces and after / (it broke anywhere)
+    assert "to run it" in page and "break-all" not in page
+    assert '<td class="cmd">docker run --gpus all -v /<wbr>data/<wbr>res:/<wbr>res trt-pipeline</td>' in page

@@ -13,6 +13,7 @@ from typing import Any
 from pipeline import precisions as registry
 from pipeline.core.collector import collector_paused
 from pipeline.core.errors import InputError
+from pipeline.core.text import html_breakable
 from pipeline.jobs.store import CELL_SCHEMA, read_cells
 
 PLOTTED_GROUPS = 40  # bars per plot; the table holds every cell
@@ -170,6 +171,7 @@ def render_html(result: dict[str, Any], slow: list[dict[str, Any]] | None = None
             return self.getitem(obj, attribute)
 
     env = KeysFirst(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["breakable"] = html_breakable
     with collector_paused():
         return env.get_template("gather.html.j2").render(r=result, images=plots(result), slow=slow)
 
