@@ -49,8 +49,8 @@ def orchestration(work: Path) -> dict:
     rounds = []
     for _ in range(ROUNDS):
         cell = _wall(python + ["jobs", "cell", "matrix.toml", "--index", "0", "--out", "res"], work)
-        method = json.loads(record.read_text())["method"]
-        runs = method["calibration_runs"] + 3 * method["iterations_per_repeat"]
+        method, repeats = (json.loads(record.read_text())[key] for key in ("method", "repeats"))
+        runs = method["calibration_runs"] + sum(r["iterations"] for r in repeats)
         folder = json.loads(record.read_text())["build"]["folder"]
         by_hand = _wall(python + ["build", "--profile", "tiny.toml", "--out", folder, "--until", "optimize"], work)
         by_hand += _wall(python + ["bench", f"{folder}/model.opt.onnx", "--profile", "tiny.toml", "--backend", "ort-cpu", "--batch", "4",

@@ -183,8 +183,17 @@ class _TinyCnn(nn.Module):
         return self.head(x.mean(dim=(2, 3)))
 
 
-def tiny_cnn():
-    return _TinyCnn().eval()
+def tiny_cnn(trained_bn: bool = False):
+    """`trained_bn`: BatchNorm statistics of a trained model (not the identity a fresh one is), so an exporter
+    that folds a BatchNorm into the Conv before it changes that Conv's output (TorchScript does)."""
+    model = _TinyCnn().eval()
+    if trained_bn:
+        generator = torch.Generator().manual_seed(0)
+        for norm in (model.stem[1], model.block[1]):
+            norm.running_mean.uniform_(-0.5, 0.5, generator=generator)
+            norm.running_var.uniform_(0.5, 1.5, generator=generator)
+            norm.weight.data.uniform_(0.5, 1.5, generator=generator)
+    return model
 
 
 class _PreLnTransformer(nn.Module):

@@ -289,3 +289,58 @@ def test_the_docs_cost_table_is_the_recorded_benchmark():
     text = (REPO / "docs" / "jobs.md").read_text()
     block = text[text.index("<!-- jobs_speed table -->") + len("<!-- jobs_speed table -->"):text.index("<!-- end of jobs_speed table -->")]
     assert block == "\n" + module.table(json.loads(module.RESULTS.read_text()))
+
+
+def test_every_repeat_lasts_the_minimum_duration_when_the_runs_get_faster_after_calibrating(monkeypatch, tmp_path):
+    """The new user's INVALID cell: the count was calibrated once (54 runs of 5.6 ms for 300 ms) and the later repeats
+    ran faster (341, 275, 224 ms). Each repeat must last min_duration_ms: a short one is run again with more runs."""
+    import trt.bench
+    from pipeline.jobs.cell import _time
+    from pipeline.jobs.plan import Cell
+
+    per_run_ms = iter([5.6, 5.6, 6.3, 5.1, 4.1, 4.1, 4.1, 4.1, 4.1, 4.1])  # one per bench() call: calibration, then the repeats
+
+    def fake_bench(models, backend, feeds, warmup, iterations, **_):
+        mean = next(per_run_ms)
+        row = {"model": "m", "p50_ms": mean, "p90_ms": mean, "p99_ms": mean, "mean_ms": mean, "min_ms": mean, "max_ms": mean,
+               "throughput_per_s": 1000 / mean, "iterations": iterations}
+        return {"timing": "wall clock", "batch": 1, "input_shapes": {"x": [1, 8]}, "models": {"fp32": row}}
+
+    monkeypatch.setattr(trt.bench, "bench", fake_bench)
+    (tmp_path / "tiny.toml").write_text(TINY_MLP_PROFILE)
+    method = {"seed": 0, "warmup_ms": 10, "min_duration_ms": 300, "min_iterations": 10}
+    cell = Cell(index=0, model="tiny-mlp", profile=str(tmp_path / "tiny.toml"), onnx=None, shape={"batch": 1}, precision="fp32",
+                backend="ort-cpu", builder={}, gpu="cpu", method=method, repeats=3)
+    record = {"repeats": [], "validity": []}
+    _time(cell, tmp_path / "model.onnx", record)
+    assert len(record["repeats"]) == 3 and all(r["timed_ms"] >= 300 for r in record["repeats"]), record["repeats"]
+    assert record["valid"] is True and record["validity"] == []
+
+
+def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_line(tmp_path):
+    """The reason a cell is INVALID is on the page, not only in a tooltip; column headers do not wrap ("to run it" took 3 lines);
+    the "to run it" column is left out when no cell has a command to run it."""
+    import re
+
+    from pipeline.jobs.gather import gather, render_html
+
+    definition = {"model": "tiny-mlp", "precision": "fp32", "backend": "ort-cpu", "shape": {"batch": 8}, "builder": {}, "gpu": "cpu"}
+    reason = "2 of 3 repeats under the minimum duration (300 ms) or iteration count (10) after 3 longer reruns"
+    cells = {"a" * 12: {"status": "done", "valid": False, "validity": [reason], "repeats": [{"p50_ms": 4.0}],
+                        "latency": {"p50_ms": 4.0, "p90_ms": 4.2, "p99_ms": 4.4, "mean_ms": 4.1, "throughput_per_s": 1900.0, "cv": 0.17}},
+             "b" * 12: {"status": "skipped", "reason": "onnxruntime's CPUExecutionProvider has no kernel for it"}}
+    (tmp_path / "cells").mkdir()
+    for index, (cell_id, fields) in enumerate(cells.items()):
+        record = {"schema": 1, "id": cell_id, "index": index, "label": "tiny-mlp fp32 batch=8 ort-cpu on cpu", "definition": definition,
+                  "reason": None, "docker": None, "validity": []} | fields
+        (tmp_path / "cells" / f"{cell_id}.json").write_text(json.dumps(record))
+    page = render_html(gather([tmp_path]))
+    shown = re.sub(r"<[^>]*>", " ", page)  # the text a reader sees, without tags and their attributes
+    assert reason in shown and "INVALID" in shown
+    assert re.search(r"\bth \{[^}]*white-space: nowrap", page)
+    assert "to run it" not in page
+    skipped = json.loads((tmp_path / "cells" / f"{'b' * 12}.json").read_text()) | {"docker": "docker run --gpus all -v /data/res:/res trt-pipeline"}
+    (tmp_path / "cells" / f"{'b' * 12}.json").write_text(json.dumps(skipped))
+    page = render_html(gather([tmp_path]))  # a command wraps at its spaces and after / (it broke anywhere)
+    assert "to run it" in page and "break-all" not in page
+    assert '<td class="cmd">docker run --gpus all -v /<wbr>data/<wbr>res:/<wbr>res trt-pipeline</td>' in page

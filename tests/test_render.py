@@ -49,3 +49,36 @@ def test_fusion_map_marks_standalone_q_dq_layers(trt_fixtures):
     assert standalone and {name for _, name in report.fusion_map["qdq"]} == standalone
     page = render(report, "html")
     assert page.count('fill="#c00"') == len(report.fusion_map["qdq"])
+
+
+def test_the_fusion_maps_counts_add_up_to_the_pages_totals(trt_fixtures):
+    """The new user read "52 regions along 93 ONNX nodes" above a summary of 86 regions and 148 ONNX nodes (YOLO), and a diff's
+    map of 2 and 3 regions above totals of 4 and 7 (Swin): each count now says what it counts, and they add up."""
+    yolo = report_from_files(trt_fixtures / "trt852_namesonly_yolo_qdq_int8.layers.json")
+    label = re.search(r'<div class="label">(.*?)</div>', render(yolo, "html")).group(1)
+    found = re.fullmatch(r"engine: (\d+) ONNX nodes the layers name besides (\d+) Q/DQ nodes, in (\d+) of its (\d+) regions \(the others: (.*)\); "
+                         r"\d+ changes of region; (\d+) markers", label)
+    nodes, qdq, drawn, regions, others, markers = found.groups()
+    assert int(nodes) + int(qdq) == yolo.summary.metadata_onnx_nodes == 148 and int(regions) == yolo.summary.regions == 86
+    assert int(drawn) + sum(int(n) for n in re.findall(r"(\d+) ", others)) == 86 and int(markers) == len(yolo.fusion_map["qdq"])
+    swin = diff_from_files(trt_fixtures / "trt82_swin_tiny_fp16_T4_builder_layers.log", trt_fixtures / "trt82_swin_tiny_int8_T4_builder_layers.log")
+    labels = re.findall(r'<div class="label">(.*?)</div>', render(swin, "html"))
+    totals = [int(re.search(r" of its (\d+) regions", text).group(1)) for text in labels]
+    assert totals == [swin.totals["regions"].a, swin.totals["regions"].b] == [4, 7]
+
+
+@pytest.mark.parametrize("name", ["trt852_namesonly_yolo_qdq_int8.layers.json", "trt82_swin_tiny_int8_T4_builder_layers.log"])
+def test_names_wrap_between_their_parts_and_markers_are_drawn_whole(trt_fixtures, name):
+    """"(app / roximate)", "Laye / r* 4178": names broke anywhere (word-break: break-all); they wrap at spaces and after
+    / _ . now. The first Q/DQ marker was cut in half at the map's left edge."""
+    report = report_from_files(trt_fixtures / name)
+    for page in (render(report, "html"), render(diff_from_files(trt_fixtures / name, trt_fixtures / name), "html")):
+        assert "break-all" not in page and "overflow-wrap: anywhere" not in page
+        for svg in re.findall(r"<svg .*?</svg>", page, re.DOTALL):
+            width = float(re.search(r'<svg width="([\d.]+)"', svg).group(1))
+            xs = [float(x) for path in re.findall(r'<path d="([^"]+)"', svg) for x in re.findall(r"[ML]([-\d.]+),", path)]
+            assert all(0 <= x <= width for x in xs), "every marker inside the map"
+    page = render(report, "html")
+    layer = next(layer.name for layer in report.layers if "_" in layer.name and not set("<>&'\"") & set(layer.name))
+    wrapped = re.sub(r"([/_.])", r"\1<wbr>", layer)
+    assert f'<td class="name">{wrapped}</td>' in page

@@ -111,24 +111,32 @@ def _times(path: Path, backend: str, feeds: dict[str, np.ndarray], warmup: int, 
 
 
 def plot(result: dict[str, Any], png: Path) -> None:
-    """Bar chart of p50 latency per model with p90 / p99 markers."""
+    """Bar chart of p50 latency per model with p90 / p99 markers (`chart`), as a PNG."""
+    import matplotlib.pyplot as plt
+
+    from pipeline.core.fileio import atomic_path
+
+    figure = chart(result)
+    with atomic_path(png) as tmp:
+        figure.savefig(tmp, format="png")
+    plt.close(figure)
+
+
+def chart(result: dict[str, Any]):
+    """The matplotlib figure: p50 bars with p90 / p99 marks, the legend right of the plot (inside, it hid a mark)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pipeline.core.fileio import atomic_path
-
     labels = list(result["models"])
     rows = [result["models"][label] for label in labels]
-    figure, axis = plt.subplots(figsize=(max(4, 1.6 * len(labels)), 3.6), dpi=110)
+    figure, axis = plt.subplots(figsize=(max(4, 1.6 * len(labels)) + 1.0, 3.6), dpi=110)
     axis.bar(labels, [r["p50_ms"] for r in rows], color="#76b900", label="p50")
     axis.scatter(labels, [r["p90_ms"] for r in rows], color="#333333", marker="_", s=400, label="p90")
     axis.scatter(labels, [r["p99_ms"] for r in rows], color="#cc3333", marker="_", s=400, label="p99")
     axis.set_ylabel("latency (ms)")
     axis.set_title(f"{result['backend']}, batch {result['batch']} ({result['timing']})", fontsize=9)
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     figure.tight_layout()
-    with atomic_path(png) as tmp:
-        figure.savefig(tmp, format="png")
-    plt.close(figure)
+    return figure

@@ -207,7 +207,8 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
             with console.status(f"comparing the {exporter} export with torch, module by module"):
                 modules, _ = compare_to_torch(loaded, module, path, feeds, folder)
             worst = max((r for r in modules.rows if r.max_abs_diff is not None), key=lambda r: r.max_abs_diff, default=None)
-            torch_side[exporter] = ExportCheck(exported.max_abs_diff, exported.nodes, modules.modules, modules.mapped, modules.tolerance, modules.first_diverging, worst)
+            torch_side[exporter] = ExportCheck(exported.max_abs_diff, exported.nodes, modules.modules, modules.mapped, modules.tolerance, modules.first_diverging, worst,
+                                                 modules.fused)
         aligned = _align_onnx(paths["dynamo"], paths["torchscript"], inputs, profile, nodes, max_trace_mb, tolerance)
     errors = {e: side.outputs_max_abs_diff for e, side in torch_side.items()}
     closer = None if errors["dynamo"] == errors["torchscript"] else min(errors, key=errors.get)

@@ -26,3 +26,14 @@ def printable_json(text: str) -> str:
     if text.isascii() and "\x7f" not in text:
         return text
     return _JSON_UNESCAPED_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_NAME_SEPARATORS = re.compile(r"([/_.])")
+
+
+def html_breakable(text: object):
+    """`text` escaped for HTML (a markupsafe Markup) with a line-break opportunity (<wbr>) after each "/", "_" and
+    ".": a long name (`/encoder/layers.5/Add_1`) wraps between its parts and at spaces, never inside a word."""
+    from markupsafe import Markup, escape
+
+    return Markup(_NAME_SEPARATORS.sub(r"\1<wbr>", str(escape(text))))  # no entity escape() writes holds / _ or .

@@ -5,6 +5,9 @@ for a dump, what it was given); the ONNX model runs on onnxruntime with every in
 tensor exposed (exposed.py). A module maps to a tensor through the scope each ONNX node
 records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
 that other nodes read, the last in graph order with the module's output shape is its output.
+A module with no ONNX node of its own that changes what the module just before it returned (a
+BatchNorm after a Conv, which TorchScript folds into the Conv) is compared at that module's tensor,
+which holds the pair's result; the first module is then not comparable on its own.
 Modules are listed in the order they finish in torch (children before their parent), so the first
 one over the tolerance is where the export first goes wrong (`TorchComparison`; `ExportersComparison`
 holds both exporters' exports against torch and their alignment, for compare --exporters).
@@ -23,7 +26,10 @@ from pipeline.core.errors import InputError, first_line
 from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 from pipeline.core.scopes import NAME_SCOPES_KEY, inline_functions_proto, module_name, node_scope
-from pipeline.diagnose.compare import Alignment
+from pipeline.diagnose.compare import AlignedRow, Alignment
+
+NO_NODE = "no ONNX node records this module (folded away, an identity, or inside a module exported as a function)"
+FUSED = "fused with the next module"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,11 @@ class TorchComparison:
         return (f"first diverging module: {first.module} ({first.kind}, tensor {first.tensor!r}, max_abs_diff {first.max_abs_diff:.3g} "
                 f"over the tolerance {self.tolerance:g})")
 
+    @property
+    def fused(self) -> list[str]:
+        """"B into A" for each module B compared at the ONNX node of the module A before it, which the exporter folded it into."""
+        return [f"{after.module} into {before.module}" for before, after in zip(self.rows, self.rows[1:]) if before.note.startswith(FUSED)]
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"verdict": self.verdict}
 
@@ -72,6 +83,7 @@ class ExportCheck:
     tolerance: float
     first_diverging: ModuleError | None
     worst_module: ModuleError | None  # the largest difference
+    fused: list[str]  # "B into A": modules the exporter folded into the node of the module before them (TorchComparison.fused)
 
 
 @dataclass
@@ -85,15 +97,51 @@ class ExportersComparison:
 
     @property
     def verdict(self) -> str:
-        closer, divergence = self.closer_to_torch, self.alignment.first_divergence
-        other = {"dynamo": "torchscript", "torchscript": "dynamo"}
-        where = (f"the {other[closer]} export parts from it at row {divergence.row} (module {(divergence.b if closer == 'dynamo' else divergence.a).module or '-'})"
-                 if closer and divergence else "the two exports agree on every paired result" if divergence is None
-                 else f"the two exports part at row {divergence.row}")
-        return f"closer to torch: {closer} export; {where}" if closer else f"both exports are as close to torch; {where}"
+        """Which export is closer to torch, the modules of either over the tolerance, and where the two exports' results
+        part (weights alone may differ: an exporter that folds a BatchNorm into its Conv stores other weights)."""
+        return "; ".join([self._closeness(), *self._modules(), self._results()])
+
+    def _closeness(self) -> str:
+        errors = {exporter: side.outputs_max_abs_diff for exporter, side in self.torch.items()}
+        closer = self.closer_to_torch
+        if closer is None:
+            return f"both exports are equally close to torch (outputs max_abs_diff {next(iter(errors.values())):.3g})"
+        other = next(exporter for exporter in errors if exporter != closer)
+        return f"closer to torch: {closer} export (outputs max_abs_diff {errors[closer]:.3g}, {other} {errors[other]:.3g})"
+
+    def _modules(self) -> list[str]:
+        return [f"the {exporter} export first exceeds the tolerance {side.tolerance:g} at {side.first_diverging.module} "
+                f"({side.first_diverging.kind}, max_abs_diff {side.first_diverging.max_abs_diff:.3g})"
+                for exporter, side in self.torch.items() if side.first_diverging]
+
+    @property
+    def first_different_result(self) -> AlignedRow | None:
+        """The first row where the two exports compute different float values (not a weight)."""
+        return next((r for r in self.alignment.rows if r.mark == "~" and r.a.kind == r.b.kind == "result" and r.a.dtype.startswith("float")), None)
+
+    @property
+    def agrees(self) -> bool:
+        """No module of either export over the tolerance, and equal results wherever the two are paired."""
+        return not any(side.first_diverging for side in self.torch.values()) and self.first_different_result is None
+
+    def _results(self) -> str:
+        different = [r for r in self.alignment.rows if r.mark == "~"]
+        computed = self.first_different_result
+        if computed is not None:
+            return f"the two exports first compute a different result at row {computed.row} ({computed.a.op}, module {computed.a.module or computed.b.module or '-'})"
+        if not different:
+            return "the two exports agree on every paired result"
+        why = "".join(f"; the {exporter} export folds {len(side.fused)} module{'s' if len(side.fused) != 1 else ''} into the one before "
+                      f"({some(side.fused)})" for exporter, side in self.torch.items() if side.fused)
+        return f"the two exports compute equal results on every paired row, only their weights differ ({len(different)} rows from row {different[0].row}){why}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"alignment": self.alignment.to_json(), "verdict": self.verdict}
+
+
+def some(names: list[str], shown: int = 3) -> str:
+    """The first `shown` names, and how many more."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 @dataclass
@@ -187,6 +235,7 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
                          "models drop them: compare model.opt.onnx with --torch, and with the quantized model by name)")
     calls = {name: capture.calls for name, capture in captures.items()}
     rows = [_compare_module(name, capture, _last_call_outputs(name, calls, scopes.by_module), scopes, values) for name, capture in captures.items()]
+    rows = _compare_folded(rows, list(captures.values()), values)
     tolerance = profile.export.tolerance
     first = next((r for r in rows if r.max_abs_diff is not None and not r.max_abs_diff <= tolerance), None)
     return TorchComparison(str(onnx_path), profile.name, tolerance, len(rows), sum(r.tensor is not None for r in rows), first, rows), captures
@@ -215,7 +264,7 @@ def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]],
     if not np.issubdtype(want.dtype, np.floating):
         return ModuleError(name, capture.kind, None, list(want.shape), None, None, f"returns {want.dtype}, not a float tensor")
     if not outputs:
-        return ModuleError(name, capture.kind, None, list(want.shape), None, None, "no ONNX node records this module (folded away, an identity, or inside a module exported as a function)")
+        return ModuleError(name, capture.kind, None, list(want.shape), None, None, NO_NODE)
     # the module's results are the tensors its nodes make that others read; with k results of this shape
     # (rotary embeddings: cos, sin), the first is k-th from the end (the last call's, for a module run again)
     same_shape = sum(1 for a in capture.outputs if a.shape == want.shape)
@@ -224,10 +273,43 @@ def _compare_module(name: str, capture: Capture, outputs: list[tuple[str, int]],
         return ModuleError(name, capture.kind, None, list(want.shape), None, None,
                            f"its ONNX nodes return {len(candidates)} tensor(s) of its output shape {list(want.shape)}, it returns {same_shape}")
     tensor = candidates[-same_shape]
-    got = values[tensor]
+    return _difference(name, capture.kind, tensor, values[tensor], want, note)
+
+
+def _difference(name: str, kind: str, tensor: str, got: np.ndarray, want: np.ndarray, note: str) -> ModuleError:
     diff = float(np.max(np.abs(got - want.astype(np.float64)))) if want.size else 0.0
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    return ModuleError(name, capture.kind, tensor, list(want.shape), diff, diff / scale if scale else None, note)
+    return ModuleError(name, kind, tensor, list(want.shape), diff, diff / scale if scale else None, note)
+
+
+def _compare_folded(rows: list[ModuleError], captures: list[Capture], values: dict[str, np.ndarray]) -> list[ModuleError]:
+    """`rows` (in `captures`' order) with each module that has no ONNX node of its own but changes what the module run
+    just before it returned (a BatchNorm after its Conv) compared at that module's tensor: the exporter folded the two into
+    one node (TorchScript folds Conv+BatchNorm), whose result is the pair's. The first module's own result is not in the
+    model: it is marked not comparable instead of being compared with the pair's."""
+    rows = list(rows)
+    for k in range(len(rows) - 1):
+        before, after = rows[k], rows[k + 1]
+        if before.tensor is None or after.tensor is not None or after.note != NO_NODE or not _consumes(captures[k], captures[k + 1]):
+            continue
+        got, want = values[before.tensor], captures[k + 1].outputs[0]
+        if got.shape != want.shape:
+            continue
+        rows[k + 1] = _difference(after.module, after.kind, before.tensor, got, want,
+                                  f"folded by the exporter into the ONNX node of {before.module} ({before.kind}): compared at the pair's result")
+        rows[k] = ModuleError(before.module, before.kind, None, before.shape, None, None,
+                              f"{FUSED} ({after.module}, {after.kind}) into one ONNX node: its own result is not in the model, not comparable")
+    return rows
+
+
+def _consumes(before: Capture, after: Capture) -> bool:
+    """`after` was given what `before` returned and returned something else (not an identity or a dropout)."""
+    if not (before.outputs and after.inputs and after.outputs):
+        return False
+    given, returned = after.inputs[0], after.outputs[0]
+    if given.shape != before.outputs[0].shape or not np.array_equal(given, before.outputs[0]):
+        return False
+    return given.shape != returned.shape or not np.array_equal(given, returned)
 
 
 def dump_modules(captures: dict[str, Capture], folder: Path) -> list[Path]:

@@ -13,16 +13,19 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.text import html_breakable
 from pipeline.diagnose.compare import AlignedRow, Alignment, NodeComparison
-from pipeline.diagnose.divergence import ExportersComparison, TorchComparison
+from pipeline.diagnose.divergence import ExportersComparison, TorchComparison, some
 
 FORMATS = ("text", "json", "html")
 NODE_COLUMNS = ("node (-> the Q/DQ on its output)", "module", "op", "input err", "output err", "growth")
 NODE_NUMBERS = (3, 4, 5)  # the columns that hold numbers, right-aligned
+NODE_NAMES = (0, 1)  # the columns that hold names, wrapped between their parts in the HTML
 NODE_LEGEND = ("error: max |B-A| / max |A| over the samples; input err: the largest error among the node's inputs; output err: the "
                "error of its output (in B after the Q/DQ pair on it, if any); growth: output err - input err, what this node adds (largest first)")
 TORCH_COLUMNS = ("module", "class", "max abs", "relative", "tensor / note")
 TORCH_NUMBERS = (2, 3)
+TORCH_NAMES = (0, 4)
 
 
 def render(result: NodeComparison | Alignment | TorchComparison | ExportersComparison, fmt: str, everything: bool = False, top: int = 15) -> str:
@@ -126,7 +129,8 @@ def _export_checks(result: ExportersComparison) -> list[str]:
     for exporter, side in result.torch.items():
         first, worst = side.first_diverging, side.worst_module
         lines.append(f"torch vs {exporter} ({side.nodes} nodes): outputs max_abs_diff {side.outputs_max_abs_diff:.3g}; "
-                     f"{side.mapped} of {side.modules} modules mapped, "
+                     f"{side.mapped} of {side.modules} modules mapped"
+                     + (f" ({len(side.fused)} folded by the exporter into the one before, compared at the pair's node: {some(side.fused)})" if side.fused else "") + ", "
                      + (f"first over the tolerance {side.tolerance:g}: {first.module} ({first.kind}, {first.max_abs_diff:.3g})" if first
                         else f"none over the tolerance {side.tolerance:g}")
                      + (f"; largest: {worst.module} {worst.max_abs_diff:.3g}" if worst else ""))
@@ -228,18 +232,20 @@ def _html(result: NodeComparison | Alignment | TorchComparison | ExportersCompar
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
-    page = {"verdict": result.verdict, "checks": [], "r": None}
+    env.filters["breakable"] = html_breakable
+    page = {"verdict": result.verdict, "checks": [], "r": None, "warn": isinstance(result, TorchComparison) and result.first_diverging is not None}
     if isinstance(result, NodeComparison):
         page |= {"title": "Where the error grows", "source": _node_header(result), "notes": [NODE_LEGEND], "columns": NODE_COLUMNS,
-                 "widths": (40, 18, 12, 10, 10, 10), "numbers": NODE_NUMBERS, "rows": _node_rows(result, top)}
+                 "numbers": NODE_NUMBERS, "names": NODE_NAMES, "rows": _node_rows(result, top)}
     elif isinstance(result, TorchComparison):
         page |= {"title": "The export against torch, module by module", "source": _torch_header(result), "notes": [], "columns": TORCH_COLUMNS,
-                 "widths": (32, 14, 9, 9, 36), "numbers": TORCH_NUMBERS, "rows": _torch_rows(result)}
+                 "numbers": TORCH_NUMBERS, "names": TORCH_NAMES, "rows": _torch_rows(result)}
     else:
         aligned = result.alignment if isinstance(result, ExportersComparison) else result
         first = aligned.first_divergence.row if aligned.first_divergence else None
         around = aligned.rows[max(0, first - 1 - CONTEXT): first + CONTEXT] if first else []
-        page |= {"title": "Two executions aligned", "source": _source(aligned), "notes": aligned.inputs, "r": aligned, "blocks": _blocks(aligned.rows),
+        warn = not result.agrees if isinstance(result, ExportersComparison) else first is not None
+        page |= {"title": "Two executions aligned", "source": _source(aligned), "notes": aligned.inputs, "r": aligned, "blocks": _blocks(aligned.rows), "warn": warn,
                  "around": around, "row_class": lambda row: _row_class(row, first),
                  "checks": _export_checks(result) + [aligned.verdict] if isinstance(result, ExportersComparison) else []}
     return env.get_template("compare.html.j2").render(**page)

@@ -144,42 +144,85 @@ def _profile_for_build(cell: Cell, folder: Path) -> str:
     return str(derived)
 
 
+MARGIN = 1.25  # the count is aimed this far over min_duration_ms: runs often get faster once the machine warms up
+RETRIES = 3  # a repeat that still comes out short is run again, with its count scaled by the shortfall, this often
+
+
 def _time(cell: Cell, model: Path, record: dict[str, Any]) -> None:
-    """Calibration runs (discarded) find a count of at least min_iterations lasting min_duration_ms; each
-    repeat (its own session or engine context, from trt/bench.py) then discards warmup_ms worth of runs
-    and times that count. A repeat that still came out shorter makes the cell INVALID."""
+    """Calibration runs (discarded) find a count of at least min_iterations lasting MARGIN x min_duration_ms; each
+    repeat (its own session or engine context, from trt/bench.py) then discards warmup_ms worth of runs and times
+    that count, run again with more runs when it lasted under min_duration_ms. A repeat still short after RETRIES
+    makes the cell INVALID."""
     from pipeline.core.profiles import load_profile
     from pipeline.core.samples import make_inputs
-    from trt.bench import bench
 
     method = cell.method
     feeds = make_inputs(load_profile(cell.profile), seed=method["seed"], dims=cell.shape)
-    models = {cell.precision: model}
-    iterations, calibration_runs = method["min_iterations"], 0
-    for _ in range(6):  # calibrate: grow the count until one run of it lasts min_duration_ms
-        mean = bench(models, cell.backend, feeds, warmup=1, iterations=iterations)["models"][cell.precision]["mean_ms"]
-        calibration_runs += 1 + iterations
-        if iterations * mean >= method["min_duration_ms"]:
-            break
-        iterations = math.ceil(iterations * min(100.0, 1.2 * method["min_duration_ms"] / max(iterations * mean, 1e-6)))
+    timed = _Timed(cell, model, feeds)
+    iterations, mean = _calibrate(timed, method)
     warmup = math.ceil(method["warmup_ms"] / max(mean, 1e-6))
     for _ in range(cell.repeats):
-        result = bench(models, cell.backend, feeds, warmup=warmup, iterations=iterations)
-        row = result["models"][cell.precision]
-        row.pop("model")
-        row["timed_ms"] = round(row["iterations"] * row["mean_ms"], 3)
-        record["repeats"].append(row)
+        record["repeats"].append(_repeat(timed, warmup, iterations, method))
     means = [r["mean_ms"] for r in record["repeats"]]
     center = sorted(record["repeats"], key=lambda r: r["p50_ms"])[len(means) // 2]
     mean = sum(means) / len(means)
     cv = (sum((m - mean) ** 2 for m in means) / len(means)) ** 0.5 / mean if mean else 0.0
-    record["method"] = {**method, "calibration_runs": calibration_runs, "warmup_runs_per_repeat": warmup, "iterations_per_repeat": iterations,
-                        "timing": result["timing"], "batch": result["batch"], "input_shapes": result["input_shapes"]}
+    record["method"] = {**method, "calibration_runs": timed.discarded_runs, "warmup_runs_per_repeat": warmup, "iterations_per_repeat": iterations,
+                        "timing": timed.result["timing"], "batch": timed.result["batch"], "input_shapes": timed.result["input_shapes"]}
     record["latency"] = {key: center[key] for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput_per_s")} | {"cv": round(cv, 4)}
-    short = [r for r in record["repeats"] if r["iterations"] < method["min_iterations"] or r["timed_ms"] < method["min_duration_ms"]]
+    short = [r for r in record["repeats"] if _short(r, method)]
     if short:
-        record["validity"].append(f"{len(short)} repeat(s) under the minimum duration or iteration count")
+        record["validity"].append(f"{len(short)} of {len(means)} repeats under the minimum duration ({method['min_duration_ms']:g} ms) "
+                                  f"or iteration count ({method['min_iterations']}) after {RETRIES} longer reruns")
     record["valid"] = not short
+
+
+class _Timed:
+    """The cell's model timed by trt/bench.py, counting the runs whose times are discarded."""
+
+    def __init__(self, cell: Cell, model: Path, feeds: dict[str, Any]) -> None:
+        self.cell, self.models, self.feeds = cell, {cell.precision: model}, feeds
+        self.discarded_runs = 0
+        self.result: dict[str, Any] = {}
+
+    def row(self, warmup: int, iterations: int) -> dict[str, Any]:
+        from trt.bench import bench
+
+        self.result = bench(self.models, self.cell.backend, self.feeds, warmup=warmup, iterations=iterations)
+        row = dict(self.result["models"][self.cell.precision])
+        row.pop("model")
+        row["timed_ms"] = round(row["iterations"] * row["mean_ms"], 3)
+        return row
+
+
+def _calibrate(timed: _Timed, method: dict[str, Any]) -> tuple[int, float]:
+    """(a count of at least min_iterations whose runs last MARGIN x min_duration_ms, the mean run in ms); its runs are discarded."""
+    target = MARGIN * method["min_duration_ms"]
+    iterations = method["min_iterations"]
+    for _ in range(6):  # grow the count until one run of it lasts the target
+        row = timed.row(warmup=1, iterations=iterations)
+        timed.discarded_runs += 1 + iterations
+        if row["timed_ms"] >= target:
+            break
+        iterations = math.ceil(iterations * min(100.0, target / max(row["timed_ms"], 1e-6)))
+    return iterations, row["mean_ms"]
+
+
+def _repeat(timed: _Timed, warmup: int, iterations: int, method: dict[str, Any]) -> dict[str, Any]:
+    """One timed repeat of `iterations` runs; one lasting under min_duration_ms (the runs got faster since calibrating)
+    is discarded and run again with the count scaled by its shortfall, up to RETRIES times."""
+    row = timed.row(warmup, iterations)
+    for _ in range(RETRIES):
+        if not _short(row, method):
+            break
+        timed.discarded_runs += warmup + iterations
+        iterations = math.ceil(iterations * MARGIN * method["min_duration_ms"] / max(row["timed_ms"], 1e-6))
+        row = timed.row(warmup, iterations)
+    return row
+
+
+def _short(row: dict[str, Any], method: dict[str, Any]) -> bool:
+    return row["iterations"] < method["min_iterations"] or row["timed_ms"] < method["min_duration_ms"]
 
 
 def _engine(folder: Path, built: Built) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 from pipeline import precisions as registry
 from pipeline.core.collector import collector_paused
 from pipeline.core.errors import InputError
+from pipeline.core.text import html_breakable
 from pipeline.jobs.store import CELL_SCHEMA, read_cells
 
 PLOTTED_GROUPS = 40  # bars per plot; the table holds every cell
@@ -145,7 +146,7 @@ def plots(result: dict[str, Any]) -> dict[str, str]:
                 axis.set_yscale("log")
             axis.set_ylabel("p50 latency (ms" + (", log scale)" if log else ")"))
             axis.set_title(f"{gpu}: p50, whiskers from the fastest repeat's p50 to p90", fontsize=9)
-            axis.legend(fontsize=8)
+            axis.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the bars, never over one
         figure.tight_layout()
         images["latency"] = _png(figure, plt)
     if result["speedups"]:
@@ -180,6 +181,7 @@ def render_html(result: dict[str, Any], slow: list[dict[str, Any]] | None = None
             return self.getitem(obj, attribute)
 
     env = KeysFirst(loader=FileSystemLoader(Path(__file__).parent / "templates"), autoescape=select_autoescape(default=True))
+    env.filters["breakable"] = html_breakable
     with collector_paused():
         return env.get_template("gather.html.j2").render(r=result, images=plots(result), slow=slow)
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trt.plan import Region
+from pipeline.core.text import html_breakable
+from trt.plan import EnginePlan, Region, looks_qdq
 from trt.render.text import cell, nodes_preview
 from trt.views import Diff, Report
 
 STRIP_WIDTH = 1100  # px
+PAD = 5  # px either side of the strip: a marker at its first or last node is drawn whole (it is 8 px wide)
 # alternating shades per kind, so two neighbouring regions of one kind still differ
 PALETTE = {
     "myelin": ("#5f9e00", "#9ccc4a", "#3f6f00", "#c3e38f"),
@@ -32,22 +34,26 @@ def html(view: Report | Diff) -> str:
     env = Environment(loader=FileSystemLoader(Path(__file__).parents[1] / "templates"), autoescape=select_autoescape(default=True))
     env.filters["cell"] = cell
     env.filters["nodes"] = nodes_preview
+    env.filters["breakable"] = html_breakable
     fusion_map = view.fusion_map
-    common = {"order": fusion_map["order"], "palette": PALETTE, "blank": NOT_IN_ENGINE, "precisions": PRECISION_COLOURS, "width": STRIP_WIDTH}
+    common = {"order": fusion_map["order"], "palette": PALETTE, "blank": NOT_IN_ENGINE, "precisions": PRECISION_COLOURS, "width": STRIP_WIDTH + 2 * PAD}
+    order = fusion_map["order"]
     if isinstance(view, Report):
-        strips = [_strip("engine", fusion_map["nodes"], fusion_map["region"], view.regions, fusion_map["qdq"])]
+        strip = _strip(fusion_map["nodes"], fusion_map["region"], view.regions, fusion_map["qdq"])
+        strips = [strip | {"label": _label("engine", _nodes_counted(order, "the layers name", view.plan), strip, view.plan)}]
         peak = max([m.layers for m in view.modules] + [1])
         peak_ms = max([m.time_ms or 0 for m in view.modules] + [0]) or 1.0
         return env.get_template("report.html.j2").render(report=view, strips=strips, peak=peak, peak_ms=peak_ms, **common)
-    own = " in its own order: the node names do not join" if "b_nodes" in fusion_map else ""
-    strips = [
-        _strip(f"A ({view.a.summary.precision}){own}", fusion_map["nodes"], fusion_map["a"], view.a.regions, []),
-        _strip(f"B ({view.b.summary.precision}){own}", fusion_map.get("b_nodes", fusion_map["nodes"]), fusion_map["b"], view.b.regions, fusion_map["qdq"]),
-    ]
+    own = " in its own order (the node names do not join)" if "b_nodes" in fusion_map else ""
+    named = "it names" if own else "either engine names"
+    a = _strip(fusion_map["nodes"], fusion_map["a"], view.a.regions, [])
+    b = _strip(fusion_map.get("b_nodes", fusion_map["nodes"]), fusion_map["b"], view.b.regions, fusion_map["qdq"])
+    strips = [a | {"label": _label(f"A ({view.a.summary.precision}){own}", _nodes_counted(order, named), a, view.a.plan)},
+              b | {"label": _label(f"B ({view.b.summary.precision}){own}", _nodes_counted(order, named), b, view.b.plan)}]
     return env.get_template("diff.html.j2").render(diff=view, strips=strips, **common)
 
 
-def _strip(label: str, nodes: list[str], regions: list[int | None], info: list[Region], markers: list[list]) -> dict[str, Any]:
+def _strip(nodes: list[str], regions: list[int | None], info: list[Region], markers: list[list]) -> dict[str, Any]:
     """Runs of consecutive nodes in one region (`info`: the engine's regions, by index), as SVG rectangles with a tooltip
     each. Nodes the engine does not name (Myelin lists the ops it fuses, not every reshape) between two nodes of one
     region are drawn in it."""
@@ -76,13 +82,41 @@ def _strip(label: str, nodes: list[str], regions: list[int | None], info: list[R
                 f"; {unnamed} of these nodes are not named by the engine" if unnamed else "")
         title += f"\n{len(span)} node{'s' if len(span) != 1 else ''}: {span[0]}" + (f" ... {span[-1]}" if len(span) > 1 else "")
         width = max((i - start) * scale, 0.6)
-        runs.append({"x": round(start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": _fit(region.name if region else "", width),
+        runs.append({"x": round(PAD + start * scale, 2), "w": round(width, 2), "colour": colour, "title": title, "text": _fit(region.name if region else "", width),
                      "ink": "#fff" if colour in DARK else "#222", "band": PRECISION_COLOURS.get(region and region.precision or "", "#ffffff")})
         start = i
-    ticks = [{"x": round(min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
+    ticks = [{"x": round(PAD + min(position, count) * scale, 2), "title": str(name)} for position, name in markers]
     named = [r for r in regions if r is not None]
     changes = sum(1 for a, b in zip(named, named[1:]) if a != b)
-    return {"label": label, "runs": runs, "ticks": ticks, "nodes": len(nodes), "regions": len(set(named)), "changes": changes}
+    return {"runs": runs, "ticks": ticks, "nodes": len(nodes), "regions": sorted(set(named)), "changes": changes}
+
+
+def _nodes_counted(order: str, named: str, plan: EnginePlan | None = None) -> str:
+    """What the strip's nodes are: the graph's in its order, else those the layers name; Q/DQ nodes are markers, not cells."""
+    if order == "onnx":
+        return "ONNX nodes of the graph, its Q/DQ nodes and folded constants apart"
+    if plan is None:
+        return f"ONNX nodes {named}, Q/DQ apart"
+    qdq = len({n for layer in plan.layers if layer.profile == 0 for n in layer.onnx_nodes if looks_qdq(n)})
+    return f"ONNX nodes {named} besides {qdq} Q/DQ node{'s' if qdq != 1 else ''}" if qdq else f"ONNX nodes {named}"
+
+
+def _label(name: str, counted: str, strip: dict[str, Any], plan: EnginePlan) -> str:
+    """The strip's counts, each saying what it counts, so they add up to the totals the page shows elsewhere (the summary's
+    regions and ONNX nodes): the regions drawn of the engine's, and what the others are."""
+    engine = [r for r in plan.regions if r.profile == 0]
+    drawn = set(strip["regions"])
+    others = [r for r in engine if r.index not in drawn]
+    kinds = {"Q/DQ": sum(r.compute and r.qdq for r in others), "reformat/copy": sum(not r.compute for r in others)}
+    kinds["with none of these nodes"] = sum(r.compute and not r.qdq and all(looks_qdq(n) for n in r.onnx_nodes) for r in others)
+    kinds["with nodes drawn elsewhere"] = len(others) - sum(kinds.values())
+    whose = "profile 0's" if plan.profiles > 1 else "its"
+    text = f"{name}: {strip['nodes']} {counted}, in {len(drawn)} of {whose} {len(engine)} regions"
+    if others:
+        text += f" (the other{'s' if len(others) != 1 else ''}: " + ", ".join(f"{n} {kind}" for kind, n in kinds.items() if n) + ")"
+    changes, ticks = strip["changes"], len(strip["ticks"])
+    text += f"; {changes} change{'s' if changes != 1 else ''} of region"
+    return text + (f"; {ticks} marker{'s' if ticks != 1 else ''}" if ticks else "")
 
 
 def _fill_gaps(regions: list[int | None]) -> list[int | None]:
