@@ -194,6 +194,7 @@ def hf_bert_build(tmp_path_factory):
     out = tmp_path_factory.mktemp("hf-bert")
     result = run_cli("build", "--profile", "hf-bert-tiny", "--fp16", "--int8", "--out", str(out))
     assert result.returncode == 0, result.stderr
+    assert "nanobind" not in result.stderr, "lief (imported by ModelOpt) prints its leak report at exit unless quant/ptq.py quiets it"
     return out, {s["name"]: s for s in json.loads((out / "manifest.json").read_text())["stages"]}
 
 
