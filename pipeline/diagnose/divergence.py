@@ -290,7 +290,8 @@ def _compare_folded(rows: list[ModuleError], captures: list[Capture], values: di
     rows = list(rows)
     for k in range(len(rows) - 1):
         before, after = rows[k], rows[k + 1]
-        if before.tensor is None or after.tensor is not None or after.note != NO_NODE or not _consumes(captures[k], captures[k + 1]):
+        if before.tensor is None or after.tensor is not None or after.note != NO_NODE or not _siblings(before.module, after.module) \
+                or not _consumes(captures[k], captures[k + 1]):
             continue
         got, want = values[before.tensor], captures[k + 1].outputs[0]
         if got.shape != want.shape:
@@ -300,6 +301,12 @@ def _compare_folded(rows: list[ModuleError], captures: list[Capture], values: di
         rows[k] = ModuleError(before.module, before.kind, None, before.shape, None, None,
                               f"{FUSED} ({after.module}, {after.kind}) into one ONNX node: its own result is not in the model, not comparable")
     return rows
+
+
+def _siblings(a: str, b: str) -> bool:
+    """Children of one module (stem.0 and stem.1, conv1 and bn1): a fold pairs neighbours, never a module and the first
+    submodule of the next one (encoder.layers.0 and encoder.layers.1.attention.query, inside a function call)."""
+    return a.rpartition(".")[0] == b.rpartition(".")[0]
 
 
 def _consumes(before: Capture, after: Capture) -> bool:
