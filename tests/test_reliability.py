@@ -96,7 +96,7 @@ KILL_POINTS = {
     "while exporting": lambda out, p: _exists(out, ".model.onnx.*.tmp"),
     "after export, optimizing": lambda out, p: _stage_done(out, "export"),
     "inside fp16 (AutoCast)": lambda out, p: _exists(out, ".fp16.log.*.tmp"),
-    "inside int8 (ModelOpt calibrating its private copy)": lambda out, p: _exists(out, ".model.int8*.work.*.tmp"),
+    "inside int8 (ModelOpt calibrating its private copy)": lambda out, p: _exists(out, ".model.int8.onnx.*.tmp/.model.int8*.work.*.tmp"),
 }
 
 
@@ -117,7 +117,7 @@ def test_kill_9_then_a_plain_rerun_gives_the_same_models(moment, project, refere
 
 INTERRUPT_POINTS = {
     "export": lambda out, p: _exists(out, ".model.onnx.*.tmp"),
-    "int8": lambda out, p: _exists(out, ".model.int8*.work.*.tmp"),
+    "int8": lambda out, p: _exists(out, ".model.int8.onnx.*.tmp/.model.int8*.work.*.tmp"),
 }
 
 

@@ -69,7 +69,7 @@ def save_onnx(model, path: Path) -> None:
     finally:
         for tensor, raw in moved:
             tensor.ClearField("external_data")
-            tensor.data_location = onnx.TensorProto.DEFAULT
+            tensor.ClearField("data_location")
             tensor.raw_data = raw
 
 
