@@ -78,13 +78,14 @@ def atomic_onnx(target: Path) -> Iterator[Path]:
     """Yield `<work folder>/<target's name>` to write a model to, with its external data (if any) as
     `<name>.data` beside it. If the block succeeds, the data file then the model are renamed onto
     `target`'s (an older model's data file is removed when the new one has none); the work folder
-    (`.<name>.<random>.tmp`, beside `target`, which remove_stale_temp_files knows) goes in any case.
+    (`.<name without .onnx>.<random>.tmp` beside `target`, a name remove_stale_temp_files knows, and
+    with no ".onnx" in it for ModelOpt: see private_copy) goes in any case.
     OSErrors while writing become one-line InputErrors naming the target."""
     target = Path(target)
     check_output_target(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        folder = Path(tempfile.mkdtemp(prefix=f".{target.name.replace('.onnx', '')}.", suffix=".tmp", dir=target.parent))
     except OSError as err:
         raise InputError(describe_os_error(err, target.parent)) from err
     written, data = folder / target.name, external_data_file(folder / target.name)
