@@ -150,3 +150,14 @@ def test_a_threshold_that_is_not_a_number_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv(EXTERNAL_DATA_ENV, "2GB")
     with pytest.raises(InputError, match="PIPELINE_EXTERNAL_DATA_BYTES='2GB': not a number of bytes"):
         save_onnx(_mlp(np.random.default_rng(7)), tmp_path / "m.onnx")
+
+
+def test_compare_infers_the_types_of_a_model_past_the_limit_without_its_weights(monkeypatch):
+    """Shape inference serializes the model, which protobuf refuses past 2 GB: a large model's types come from it without weights."""
+    from pipeline.diagnose import exposed
+
+    model = _mlp(np.random.default_rng(8))
+    whole = exposed.tensor_types(model, {"x": np.ones((2, 64), np.float32)})
+    monkeypatch.setattr(exposed, "SAVE_EXTERNAL_BYTES", 0)
+    assert exposed.tensor_types(model, {"x": np.ones((2, 64), np.float32)}) == whole
+    assert len(model.graph.initializer[0].raw_data) == 64 * 64 * 4  # the model itself keeps its weights
