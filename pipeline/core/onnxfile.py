@@ -57,14 +57,16 @@ def save_onnx(model, path: Path) -> None:
     try:
         with open(data, "wb") as handle:
             for tensor in model.graph.initializer:
-                if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.raw_data) < SMALLEST_EXTERNAL_TENSOR:
-                    continue
+                if not tensor.HasField("raw_data") or tensor.ByteSize() < SMALLEST_EXTERNAL_TENSOR:
+                    continue  # typed fields (rare in large weights) stay in the model file
                 raw, offset = tensor.raw_data, handle.tell()
                 handle.write(raw)
                 moved.append((tensor, raw))
                 onnx.external_data_helper.set_external_data(tensor, location=data.name, offset=offset, length=len(raw))
                 tensor.ClearField("raw_data")
                 tensor.data_location = onnx.TensorProto.EXTERNAL
+        if not moved:
+            data.unlink()
         onnx.save_model(model, str(path))
     finally:
         for tensor, raw in moved:
@@ -94,17 +96,22 @@ def atomic_onnx(target: Path) -> Iterator[Path]:
         yield written
         _gather_external_data(written)
         has_data = data.is_file()
-        for source, destination in ((data, external_data_file(target)), (written, target)) if has_data else ((written, target),):
-            os.chmod(source, 0o666 & ~umask())
-            os.replace(source, destination)
+        if has_data:
+            _move(data, external_data_file(target))  # before the model: a model never points at data not there
+        _move(written, target)
         if not has_data:
-            external_data_file(target).unlink(missing_ok=True)
+            external_data_file(target).unlink(missing_ok=True)  # an older model's
     except OSError as err:
         if err.filename is not None and str(err.filename) not in ours:
             raise  # about another file (an input): not ours to describe as a write failure
         raise InputError(describe_os_error(err, target).replace(str(written), str(target))) from err
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _move(source: Path, destination: Path) -> None:
+    os.chmod(source, 0o666 & ~umask())
+    os.replace(source, destination)
 
 
 def _gather_external_data(written: Path) -> None:
