@@ -18,7 +18,9 @@ from pipeline.core.fileio import sha256_file
 from pipeline.core.onnxfile import EXTERNAL_DATA_ENV, atomic_onnx, external_tensors, save_onnx
 from pipeline.core.verify import OnnxSession
 
-MODELS = ("model.onnx", "model.opt.onnx", "model.fp16.onnx", "model.int8.onnx")
+MODELS = ("model.onnx", "model.opt.onnx", "model.fp16.onnx", "model.int8.onnx", "model.fp8.onnx", "model.int4.onnx", "model.bf16.onnx")
+RUN_ON_CPU = MODELS[:-1]  # onnxruntime's CPU provider has no BF16 MatMul
+PROFILE = SMALL_MLP_PROFILE.replace("[quant]", '[quant]\nint4_method = "rtn_dq"  # AWQ cannot quantize a Gemm with transB=1')
 
 
 def _locations(path: Path) -> set[str]:
@@ -38,10 +40,10 @@ def _build(*args: str, cwd: Path):
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
-    """`build --fp16 --int8` of the small MLP with every model written with external data."""
+    """`build` of the small MLP at every precision with every model written with external data."""
     root = tmp_path_factory.mktemp("external")
-    (root / "small.toml").write_text(SMALL_MLP_PROFILE)
-    result = _build("--fp16", "--int8", cwd=root)
+    (root / "small.toml").write_text(PROFILE)
+    result = _build("--fp16", "--int8", "--fp8", "--int4", "--bf16", cwd=root)
     assert result.returncode == 0, result.stderr
     return root / "out"
 
@@ -60,6 +62,8 @@ def test_the_models_copied_elsewhere_load_and_give_the_same_outputs(built, tmp_p
     built.rename(built.parent / "elsewhere")  # the original folder is gone: the copy must not read from it
     try:
         for name in MODELS:
+            assert onnx.load(str(copy / name)) == onnx.load(str(built.parent / "elsewhere" / name)), name
+        for name in RUN_ON_CPU:
             np.testing.assert_array_equal(_outputs(copy / name, feeds)[0], _outputs(built.parent / "elsewhere" / name, feeds)[0])
         fp32 = _outputs(copy / "model.onnx", feeds)[0]
         np.testing.assert_allclose(_outputs(copy / "model.opt.onnx", feeds)[0], fp32, atol=1e-6)
