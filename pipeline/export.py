@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed, first_line
-from pipeline.core.fileio import atomic_path
+from pipeline.core.onnxfile import atomic_onnx, external_data_threshold, ir_weight_bytes, save_onnx
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
@@ -62,7 +62,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     output_names = _output_names(module, example, profile)
     shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
-    with atomic_path(output) as tmp:
+    with atomic_onnx(output) as tmp:
         try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
             with warnings.catch_warnings(), captured(), _flat_forward(module, profile):
                 warnings.simplefilter("ignore")
@@ -72,7 +72,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
                         input_names=input_names, output_names=output_names, dynamic_shapes=shapes,
                         optimize=False, verbose=False,  # our optimize stage does this, exactly (see issue 3)
                     )
-                    program.save(str(tmp), external_data=False)
+                    program.save(str(tmp), external_data=ir_weight_bytes(program.model) > external_data_threshold())
                 else:
                     # torch always enables its ONNX log (it tests the function object, not its result),
                     # which prints the whole IR to stdout on failure: send it to the captured stderr
@@ -194,7 +194,7 @@ def _stamp_function_calls(onnx_path: Path, module: Any, example: tuple, classes:
         parts = name.split(".")
         scopes = ["", *(".".join(parts[: i + 1]) for i in range(len(parts))), node.op_type]
         node.metadata_props.add(key=NAME_SCOPES_KEY, value=repr(scopes))
-    onnx.save(model, str(onnx_path))
+    save_onnx(model, onnx_path)
 
 
 @contextlib.contextmanager

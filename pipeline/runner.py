@@ -27,7 +27,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from pipeline import interrupts
 from pipeline.codekeys import code_key
 from pipeline.core.errors import CapabilityMissing, PipelineError, StageFailed
-from pipeline.core.fileio import sha256_file, sha256_json
+from pipeline.core.fileio import external_data_file, sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, StageRecord
 from pipeline.core.text import printable
 from pipeline.models.decoder import apply_derived
@@ -231,6 +231,7 @@ class Runner:
             path = (base / relative).resolve()
             if path.is_relative_to(base) and path.is_file() and sha256_file(path) == previous.output_sha256.get(label):
                 path.unlink()
+                external_data_file(path).unlink(missing_ok=True)  # a model's weights go with it
 
     def _mark_stale(self) -> None:
         """Earlier runs' records downstream of a stage whose outputs this run changed (or lost) are out of date."""

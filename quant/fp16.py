@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.core.errors import InputError, StageFailed
-from pipeline.core.fileio import atomic_path
+from pipeline.core.onnxfile import atomic_onnx, save_onnx
 
 if TYPE_CHECKING:
     from pipeline.core.verify import OnnxSession
@@ -86,8 +86,8 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
     session, checked, unchecked = None, [], None
-    with atomic_path(target) as tmp:
-        onnx.save(model, str(tmp))
+    with atomic_onnx(target) as tmp:
+        save_onnx(model, tmp)
         if check:
             session, checked = check_runs(tmp, feed_sets, low_precision_type)
         else:

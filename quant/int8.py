@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.fileio import atomic_path
+from pipeline.core.onnxfile import atomic_onnx, save_onnx
 from pipeline.core.samples import split
 from quant.calibration import calibration_reader
 
@@ -43,7 +43,6 @@ def quantize_int8(
     max_sequence: int | None = None,
     on_step: Callable[[int, int], None] = lambda done, total: None,
 ) -> Int8Result:
-    import onnx
 
     from pipeline.core.onnxfile import load_onnx
     from quant import silence_lief_leak_report
@@ -69,8 +68,8 @@ def quantize_int8(
     )
     del source_model
     removed = apply_preset(preset, model)
-    with atomic_path(target) as tmp:
-        onnx.save(model, str(tmp))
+    with atomic_onnx(target) as tmp:
+        save_onnx(model, tmp)
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")
     notes = [*plan.notes, f"attention MatMuls in the result: {attention_state(model)}"]
     findings = lint_model(model, max_sequence)

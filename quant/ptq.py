@@ -118,13 +118,12 @@ def write_checked(model, target: Path, source: Path, reference, held_out: list[d
     """Write `model` to `target` only if it runs on `held_out`; return its quant.accuracy figures against the FP32
     outputs: `reference` is those outputs (an array, or a BackgroundOutputs still running beside the conversion),
     or None to run the FP32 model `source` for them."""
-    import onnx
 
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx, save_onnx
     from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
 
-    with atomic_path(target) as tmp:
-        onnx.save(model, str(tmp))
+    with atomic_onnx(target) as tmp:
+        save_onnx(model, tmp)
         outputs = model_outputs(tmp, held_out)
         if isinstance(reference, BackgroundOutputs):
             expected = reference.result()

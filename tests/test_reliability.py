@@ -62,7 +62,13 @@ def _holds_lock(out: Path, process: subprocess.Popen) -> Callable[[], bool]:
 
 
 def _exists(out: Path, pattern: str) -> Callable[[], bool]:
-    return lambda: out.is_dir() and any(out.glob(pattern))
+    def check() -> bool:
+        try:
+            return out.is_dir() and any(out.glob(pattern))
+        except OSError:  # a work folder removed while globbing: look again
+            return False
+
+    return check
 
 
 def _stage_done(out: Path, name: str) -> Callable[[], bool]:
@@ -93,10 +99,10 @@ def reference(project) -> dict[str, str]:
 
 KILL_POINTS = {
     "as it starts": lambda out, p: _holds_lock(out, p),
-    "while exporting": lambda out, p: _exists(out, ".model.onnx.*.tmp"),
+    "while exporting": lambda out, p: _exists(out, ".model.*.tmp"),
     "after export, optimizing": lambda out, p: _stage_done(out, "export"),
     "inside fp16 (AutoCast)": lambda out, p: _exists(out, ".fp16.log.*.tmp"),
-    "inside int8 (ModelOpt calibrating its private copy)": lambda out, p: _exists(out, ".model.int8*.work.*.tmp"),
+    "inside int8 (ModelOpt calibrating its private copy)": lambda out, p: _exists(out, "**/.model.int8*.work.*.tmp"),
 }
 
 
@@ -116,8 +122,8 @@ def test_kill_9_then_a_plain_rerun_gives_the_same_models(moment, project, refere
 
 
 INTERRUPT_POINTS = {
-    "export": lambda out, p: _exists(out, ".model.onnx.*.tmp"),
-    "int8": lambda out, p: _exists(out, ".model.int8*.work.*.tmp"),
+    "export": lambda out, p: _exists(out, ".model.*.tmp"),
+    "int8": lambda out, p: _exists(out, "**/.model.int8*.work.*.tmp"),
 }
 
 

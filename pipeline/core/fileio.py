@@ -99,7 +99,7 @@ def atomic_path(target: Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_umask())
+        os.chmod(tmp_path, 0o666 & ~umask())
         os.replace(tmp_path, target)
     except OSError as err:
         if err.filename not in (None, str(tmp_path), str(target)):
@@ -109,7 +109,7 @@ def atomic_path(target: Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-def _umask() -> int:
+def umask() -> int:
     current = os.umask(0)
     os.umask(current)
     return current
@@ -158,14 +158,26 @@ def require_file(path: Path | str, what: str, hint: str) -> Path:
     return path
 
 
+def external_data_file(model: Path) -> Path:
+    """Where a model's external data lives: beside it, named after it (`model.onnx` -> `model.onnx.data`)."""
+    model = Path(model)
+    return model.with_name(model.name + ".data")
+
+
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """sha256 of a file; of an ONNX model with its external data file beside it, of both (model, then data),
+    so a manifest that records it vouches for the weights too."""
+    path = Path(path)
+    data = external_data_file(path)
+    parts = [path, data] if path.suffix == ".onnx" and data.is_file() else [path]
     digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(chunk):
-                digest.update(block)
-    except OSError as err:
-        raise InputError(describe_os_error(err, path, writing=False)) from err
+    for part in parts:
+        try:
+            with open(part, "rb") as f:
+                while block := f.read(chunk):
+                    digest.update(block)
+        except OSError as err:
+            raise InputError(describe_os_error(err, part, writing=False)) from err
     return digest.hexdigest()
 
 

@@ -3,20 +3,130 @@
 onnx is imported at call time. Weights stored as external data are checked to exist (and to
 be long enough) without reading them, so a model with a missing `.data` file is refused when
 it is opened, not half way through a stage.
+
+Writing: a model whose weights pass `external_data_threshold()` bytes (1 GiB; the protobuf limit
+is 2 GiB) keeps them in `<name>.data` beside it, at a relative location; `atomic_onnx` writes
+both in a work folder and moves them into place together, so no temporary name is ever recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.core.errors import InputError
-from pipeline.core.fileio import describe_os_error, require_file
+from pipeline.core.fileio import TEMP_NAME, check_output_target, describe_os_error, external_data_file, require_file, umask
 
 HINT = "pass an ONNX file written by torch.onnx.export or onnx.save"
+EXTERNAL_DATA_ENV = "PIPELINE_EXTERNAL_DATA_BYTES"
+DEFAULT_EXTERNAL_DATA_BYTES = 1 << 30
+SMALLEST_EXTERNAL_TENSOR = 1024  # bytes: smaller weights stay in the model file (as onnx.save does)
+
+
+def external_data_threshold() -> int:
+    """Bytes of weights above which a model is written with external data ($PIPELINE_EXTERNAL_DATA_BYTES, e.g.
+    0 to force it on a small model)."""
+    value = os.environ.get(EXTERNAL_DATA_ENV, "").strip()
+    if not value:
+        return DEFAULT_EXTERNAL_DATA_BYTES
+    if not value.isdigit():
+        raise InputError(f"{EXTERNAL_DATA_ENV}={value!r}: not a number of bytes; set a whole number (0 writes every model with external data)")
+    return int(value)
+
+
+def ir_weight_bytes(model) -> int:
+    """Bytes of an onnx_ir model's initializers (read from their headers, not their data)."""
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def save_onnx(model, path: Path) -> None:
+    """Write a ModelProto to `path`. Past the external-data threshold, its weights of 1 KiB or more go to
+    `<name>.data` beside it (relative location); `model` is left as it was, weights in memory."""
+    import onnx
+
+    path, data = Path(path), external_data_file(path)
+    if model.ByteSize() <= external_data_threshold():
+        onnx.save_model(model, str(path))
+        data.unlink(missing_ok=True)  # an earlier model's data, now unused
+        return
+    moved = []
+    try:
+        with open(data, "wb") as handle:
+            for tensor in model.graph.initializer:
+                if not tensor.HasField("raw_data") or tensor.ByteSize() < SMALLEST_EXTERNAL_TENSOR:
+                    continue  # typed fields (rare in large weights) stay in the model file
+                raw, offset = tensor.raw_data, handle.tell()
+                handle.write(raw)
+                moved.append((tensor, raw))
+                onnx.external_data_helper.set_external_data(tensor, location=data.name, offset=offset, length=len(raw))
+                tensor.ClearField("raw_data")
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+        if not moved:
+            data.unlink()
+        onnx.save_model(model, str(path))
+    finally:
+        for tensor, raw in moved:
+            tensor.ClearField("external_data")
+            tensor.ClearField("data_location")
+            tensor.raw_data = raw
+
+
+@contextlib.contextmanager
+def atomic_onnx(target: Path) -> Iterator[Path]:
+    """Yield `<work folder>/<target's name>` to write a model to, with its external data (if any) as
+    `<name>.data` beside it. If the block succeeds, the data file then the model are renamed onto
+    `target`'s (an older model's data file is removed when the new one has none); the work folder
+    (`.<name without .onnx>.<random>.tmp` beside `target`, a name remove_stale_temp_files knows, and
+    with no ".onnx" in it for ModelOpt: see private_copy) goes in any case.
+    OSErrors while writing become one-line InputErrors naming the target."""
+    target = Path(target)
+    check_output_target(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f".{target.name.replace('.onnx', '')}.", suffix=".tmp", dir=target.parent))
+    except OSError as err:
+        raise InputError(describe_os_error(err, target.parent)) from err
+    written, data = folder / target.name, external_data_file(folder / target.name)
+    ours = {str(p) for p in (written, data, target, external_data_file(target))}
+    try:
+        yield written
+        _gather_external_data(written)
+        has_data = data.is_file()
+        if has_data:
+            _move(data, external_data_file(target))  # before the model: a model never points at data not there
+        _move(written, target)
+        if not has_data:
+            external_data_file(target).unlink(missing_ok=True)  # an older model's
+    except OSError as err:
+        if err.filename is not None and str(err.filename) not in ours:
+            raise  # about another file (an input): not ours to describe as a write failure
+        raise InputError(describe_os_error(err, target).replace(str(written), str(target))) from err
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _move(source: Path, destination: Path) -> None:
+    os.chmod(source, 0o666 & ~umask())
+    os.replace(source, destination)
+
+
+def _gather_external_data(written: Path) -> None:
+    """A writer that stored weights in files of other names (torch's TorchScript exporter writes one per
+    weight): the model is written again by save_onnx, so its data is `<name>.data` or inline."""
+    import onnx
+
+    expected = {written.name, external_data_file(written).name}
+    stray = [p for p in written.parent.iterdir() if p.name not in expected and not TEMP_NAME.match(p.name)]
+    if not stray or not written.is_file():
+        return
+    model = onnx.load(str(written))
+    for path in stray:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    save_onnx(model, written)
 
 
 def load_onnx(path: Path | str, what: str = "ONNX file", hint: str = HINT, weights: bool = False):

@@ -14,7 +14,6 @@ from typing import Any
 
 from pipeline.core.collector import collector_paused
 from pipeline.core.errors import InputError
-from pipeline.core.fileio import atomic_path
 
 
 @dataclass
@@ -89,7 +88,7 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     import onnx_ir as ir
 
     from pipeline.core.fileio import require_file
-    from pipeline.core.onnxfile import HINT, check_external_data
+    from pipeline.core.onnxfile import HINT, atomic_onnx, check_external_data
     from pipeline.optimize.safety import check_optimized
     from pipeline.optimize.writer import write_model
 
@@ -106,7 +105,7 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     model, stats, history, touched, inferred = optimize_model(model, rules)
     after = Counter(node.op_type for node in model.graph)
     checks = check_optimized(model, Path(source), history, touched, full_check=inferred)
-    with atomic_path(target) as tmp:
+    with atomic_onnx(target) as tmp:
         write_model(model, tmp)
     return OptimizeResult(
         sum(before.values()), sum(after.values()), dict(before), dict(after),

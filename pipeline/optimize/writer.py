@@ -1,4 +1,6 @@
-"""Write an onnx_ir model to one .onnx file with each weight copied once.
+"""Write an onnx_ir model to one .onnx file with each weight copied once; past the external-data
+threshold (pipeline/core/onnxfile.py), with its weights in `<name>.data` beside it (`ir.save`, which
+streams them).
 
 `ir.to_proto` copies every initializer into a new proto and `SerializeToString` copies it
 again. Protobuf messages may be written field by field, so the model is written as: the
@@ -65,12 +67,25 @@ def _tensor_bytes(value: ir.Value) -> bytes:
     tensor = value.const_value
     if isinstance(tensor, ir.TensorProtoTensor):
         return _tensor_proto(value).SerializeToString()
+    if isinstance(tensor, ir.ExternalTensor):  # read from the source's data file, written inline
+        header = onnx.TensorProto(name=value.name, data_type=tensor.dtype.value, dims=list(tensor.shape.numpy()), raw_data=tensor.tobytes())
+        return header.SerializeToString()
     proto = ir.serde.serialize_tensor(tensor)
     proto.name = value.name
     return proto.SerializeToString()
 
 
 def write_model(model: ir.Model, path: Path) -> None:
+    from pipeline.core.fileio import external_data_file
+    from pipeline.core.onnxfile import SMALLEST_EXTERNAL_TENSOR, external_data_threshold, ir_weight_bytes
+
+    if ir_weight_bytes(model) > external_data_threshold():
+        ir.save(model, path, external_data=external_data_file(path).name, size_threshold_bytes=SMALLEST_EXTERNAL_TENSOR)
+        return
+    _write_inline(model, path)
+
+
+def _write_inline(model: ir.Model, path: Path) -> None:
     initializers = list(model.graph.initializers.values())
     saved = dict(model.graph.initializers)
     model.graph.initializers.clear()

@@ -22,12 +22,12 @@ def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict],
 
 
 def run_bf16(job: Job) -> StageResult:
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx
 
     profile = job.settings.profile
     q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.bf16.onnx"
     batches = shared.held_out(profile)
-    with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
+    with shared.fp32_reference(job, batches) as reference, atomic_onnx(target) as tmp:
         job.status("converting to BF16 with ModelOpt AutoCast")
         result = convert(q, source, tmp, shared.shape_checks(profile), job.out / "bf16.log")
         if result.session is not None:

@@ -21,13 +21,13 @@ def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict],
 
 
 def run_fp16(job: Job) -> StageResult:
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx
     from pipeline.models.decoder import autocast_feeds
 
     profile = job.settings.profile
     q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.fp16.onnx"
     batches = shared.held_out(profile)
-    with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
+    with shared.fp32_reference(job, batches) as reference, atomic_onnx(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         result = convert(q, source, tmp, shared.shape_checks(profile), job.out / "fp16.log", autocast_feeds(profile))
         # the session that ran the shape checks

@@ -16,12 +16,12 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """FP8 Q/DQ of `source` into `target`, written only if it passes the gate; `reference`: the FP32 outputs
     on the held-out samples (BackgroundOutputs), or None to run `source`. Returns the result and the data's origin."""
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx
     from quant.fp8 import quantize_fp8
 
     q = profile.quant
     data, batch, origin = shared.calibration(profile, calib, source)
-    with atomic_path(target) as tmp, shared.logged(log):
+    with atomic_onnx(target) as tmp, shared.logged(log):
         result = quantize_fp8(source, tmp, data, batch, shared.held_out(profile), reference, q.preset, max_sequence=shared.max_sequence(profile),
                               min_cosine=q.min_cosine_fp8, on_step=on_step)
         shared.require_quantized("fp8", result.qdq["quantize"], "; ".join(result.notes) + "; try another --preset (modelopt keeps ModelOpt's placement)")

@@ -15,14 +15,14 @@ from pipeline.stages import shared
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """INT4 weights of `source` into `target`, written only if it passes the gate; as pipeline.stages.fp8.quantize."""
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx
     from quant.int4 import quantize_int4
 
     q = profile.quant
     data, batch, origin = shared.calibration(profile, calib, source)
     if q.int4_method == "rtn_dq":
         origin = "none (round to nearest uses no data)"
-    with atomic_path(target) as tmp, shared.logged(log):
+    with atomic_onnx(target) as tmp, shared.logged(log):
         result = quantize_int4(source, tmp, data, batch, shared.held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
                                on_step=on_step)
         shared.require_quantized("int4", result.qdq["dequantize"], "; ".join(result.notes) or "ModelOpt quantized no weight")

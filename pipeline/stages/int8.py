@@ -18,7 +18,7 @@ QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
              on_step: Callable[[int, int], None] = lambda done, total: None):
     """Q/DQ `source` into `target` with the profile's quant settings; returns the result and where the calibration data came from."""
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx
     from pipeline.core.quiet import captured
     from quant.calibration import calibration_data, decoder_calibration, fed_as_decoder
     from quant.int8 import quantize_int8
@@ -29,7 +29,7 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
     else:
         calibration, origin = calibration_data(profile, calib, source)
     batch = shared.calibration_batch(profile, source)
-    with atomic_path(target) as tmp, captured(log):
+    with atomic_onnx(target) as tmp, captured(log):
         result = quantize_int8(source, tmp, calibration, batch, q.preset, q.int8_float_dtype, q.calibration_method, shared.max_sequence(profile),
                                on_step=on_step)
         shared.require_quantized("int8", result.qdq_pairs, (
@@ -57,7 +57,8 @@ def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
 
 
 def run_int8(job: Job) -> StageResult:
-    from pipeline.core.fileio import atomic_path, write_json
+    from pipeline.core.fileio import write_json
+    from pipeline.core.onnxfile import atomic_onnx
     from quant.lint import findings_json
 
     s = job.settings
@@ -69,7 +70,7 @@ def run_int8(job: Job) -> StageResult:
         job.status(f"calibrating ({q.preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
 
     batches, kind = held_out_int8(s.profile, source)
-    with shared.fp32_reference(job, batches, kind) as reference, atomic_path(target) as tmp:
+    with shared.fp32_reference(job, batches, kind) as reference, atomic_onnx(target) as tmp:
         result, origin = quantize(s.profile, s.calib, source, tmp, job.out / "int8.log", on_step=step)
         lint = findings_json(result.findings)
         figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)

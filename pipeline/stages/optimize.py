@@ -9,7 +9,7 @@ from pipeline.stage import Job, Stage, StageResult
 
 def run_optimize(job: Job) -> StageResult:
     from pipeline.core.errors import StageFailed
-    from pipeline.core.fileio import atomic_path
+    from pipeline.core.onnxfile import atomic_onnx
     from pipeline.core.samples import check_sizes, make_inputs
     from pipeline.core.verify import compare_models
     from pipeline.optimize import optimize_file
@@ -17,7 +17,7 @@ def run_optimize(job: Job) -> StageResult:
     profile = job.settings.profile
     settings, source, target = profile.optimize, job.input("export", "onnx"), job.out / "model.opt.onnx"
     feed_sets = [make_inputs(profile, seed=seeds.OPTIMIZE_CHECK + i, dims=sizes) for i, sizes in enumerate(check_sizes(profile))]
-    with atomic_path(target) as tmp:
+    with atomic_onnx(target) as tmp:
         job.status("applying rewrite rules")
         result = optimize_file(source, tmp, settings.rules, settings.skip_rules)
         job.status("comparing with the input model on onnxruntime (CPU)")
