@@ -133,7 +133,7 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
             output = module(*(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names))
         return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
 
-    head = embedding_head(onnx.load(str(onnx_path)))
+    head = None if "logits" in session.outputs else embedding_head(onnx.load(str(onnx_path)))  # a base model: decoded through its embedding
     started = time.perf_counter()
     with _one_thread(torch):
         reference = greedy(torch_run, profile, head)

@@ -153,6 +153,27 @@ def test_compare_names_the_first_divergent_step_and_row():
     assert compare(reference, reference)["first_divergent_step"] is None
 
 
+def test_a_saved_reference_keeps_the_top_scores_and_compares_as_the_full_one(tmp_path):
+    """Issue 33: a 152k-token decoder's reference was 1.1 GB (every score of the vocabulary, and a float64 embedding head
+    kept although the model has logits). It keeps the tokens and each step's 32 highest scores with their ids: the
+    figures of a comparison against it are those against the full scores at those ids."""
+    from pipeline.core.generation import REFERENCE_TOP_K, load_reference, save_reference
+
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((4, 2, 151_936))
+    tokens = logits.argmax(-1).T
+    reference, candidate = Generation(tokens, logits), Generation(tokens, logits + rng.normal(0, 0.05, logits.shape))
+    save_reference(tmp_path / "r.npz", reference, None)
+    assert (tmp_path / "r.npz").stat().st_size < 8 * 2 * REFERENCE_TOP_K * 12 + 4096
+    saved, head = load_reference(tmp_path / "r.npz")
+    assert head is None and saved.ids.shape == (4, 2, REFERENCE_TOP_K) and (saved.ids[..., 0] == tokens.T).all()
+    full, kept = compare(reference, candidate), compare(saved, candidate)
+    assert full["token_agreement"] == kept["token_agreement"] == 1.0
+    for key in ("cosine_centered", "max_abs_diff"):  # float32 on disk
+        assert [s[key] for s in kept["steps"]] == pytest.approx([s[key] for s in full["steps"]], rel=1e-5), key
+    assert 0 < kept["max_abs_diff"] < 0.3
+
+
 def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_asked(tmp_path):
     from transformers import AutoConfig, AutoModel
 

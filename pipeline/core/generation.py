@@ -7,7 +7,7 @@ onnxruntime for the exported, optimized, FP16 and INT8 files, so the reference a
 are fed alike. The export stage saves torch's run (`save_reference`); later stages compare their
 model's run with it (`compare`): token agreement, the first step and batch row that differ, and
 per-step `cosine_centered` / `max_abs_diff` of the next-token logits up to that step (after it
-the models are fed different tokens). A base model without `logits` is decoded through its input
+the models are fed different tokens), over the reference's 32 most likely tokens (all a saved reference keeps). A base model without `logits` is decoded through its input
 embedding matrix (a tied head, `logits = hidden @ embedding.T`), read from the ONNX file.
 """
 
@@ -30,10 +30,23 @@ PROMPT_SEED = 22
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
 
+REFERENCE_TOP_K = 32  # the scores a saved reference keeps per step and row: the most likely tokens, not the vocabulary
+
+
 @dataclass(frozen=True)
 class Generation:
     tokens: np.ndarray  # [batch, new_tokens], int64
-    logits: np.ndarray  # [new_tokens, batch, vocab]: the scores each token was chosen from
+    logits: np.ndarray  # [new_tokens, batch, vocab]: the scores each token was chosen from (or [.., k] at `ids`)
+    ids: np.ndarray | None = None  # [new_tokens, batch, k]: the vocabulary ids of `logits` when it keeps only k of them
+
+    def top(self, k: int = REFERENCE_TOP_K) -> Generation:
+        """The `k` highest scores of each step and row with their ids, highest first (itself if already cut)."""
+        if self.ids is not None:
+            return self
+        k = min(k, self.logits.shape[-1])
+        ids = np.argpartition(-self.logits, k - 1, axis=-1)[..., :k]
+        ids = np.take_along_axis(ids, np.argsort(-np.take_along_axis(self.logits, ids, -1), axis=-1, kind="stable"), -1)
+        return Generation(self.tokens, np.take_along_axis(self.logits, ids, -1), ids)
 
 
 def prompts(profile: Profile) -> np.ndarray:
@@ -119,27 +132,35 @@ def embedding_head(model: Any) -> np.ndarray | None:
 
 
 def save_reference(path: Path, generation: Generation, head: np.ndarray | None) -> None:
+    """The tokens and each step's `REFERENCE_TOP_K` scores with their ids (float32), and the embedding `head` a base model
+    is decoded through (float32): sized by the check, not by the vocabulary (a 152k-token model's full scores and its
+    float64 head made a 1.1 GB file)."""
     from pipeline.core.fileio import atomic_path
 
+    top = generation.top()
+    arrays = {"tokens": top.tokens, "ids": top.ids.astype(np.int32), "logits": top.logits.astype(np.float32)}
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, tokens=generation.tokens, logits=generation.logits, **({"head": head} if head is not None else {}))
+        np.savez(handle, **arrays, **({"head": head.astype(np.float32)} if head is not None else {}))
 
 
 def load_reference(path: Path) -> tuple[Generation, np.ndarray | None]:
     with np.load(path) as data:
-        return Generation(data["tokens"], data["logits"]), (data["head"] if "head" in data else None)
+        head = data["head"].astype(np.float64) if "head" in data else None
+        return Generation(data["tokens"], data["logits"].astype(np.float64), data["ids"].astype(np.int64)), head
 
 
 def compare(reference: Generation, candidate: Generation) -> dict[str, Any]:
     """Token agreement (the share of generated tokens equal to the reference's), the first step and
-    batch row that differ (None: none), and per-step logits figures up to that step."""
+    batch row that differ (None: none), and per-step figures up to that step of the scores of the
+    reference's `REFERENCE_TOP_K` most likely tokens."""
+    reference = reference.top()
     equal = reference.tokens == candidate.tokens
     differing = np.argwhere(~equal)
     first = (int(differing[:, 1].min()), int(differing[differing[:, 1] == differing[:, 1].min()][0, 0])) if differing.size else None
     compared = reference.logits.shape[0] if first is None else first[0] + 1
     steps = []
     for step in range(compared):
-        want, got = reference.logits[step], candidate.logits[step]
+        want, got = reference.logits[step], np.take_along_axis(candidate.logits[step], reference.ids[step], -1)
         centre = want.mean(axis=-1, keepdims=True)
         steps.append({"cosine_centered": round(_cosine(want - centre, got - centre), 6), "max_abs_diff": float(np.max(np.abs(want - got)))})
     return {
