@@ -312,3 +312,32 @@ def test_an_earlier_runs_stage_outside_this_plan_shows_no_reason_as_its_figures(
     lines = [line for line in (tmp_path / "console.txt").read_text().splitlines() if line]
     assert lines[0].startswith("export    cached") and "runs=1" in lines[0]
     assert lines[1].startswith("fp16      done") and lines[1].endswith("s  (earlier run)") and len(lines) == 2, lines
+
+
+class AllocatingStage(CountingStage):
+    """A counting stage that holds `megabytes` of memory while it runs."""
+
+    def __init__(self, name, megabytes):
+        super().__init__(name)
+        self.megabytes = megabytes
+
+    def _run(self, job):
+        import numpy as np
+
+        held = np.ones(self.megabytes * 1_000_000 // 8)
+        result = super()._run(job)
+        del held
+        return result
+
+
+def test_each_stage_records_its_own_peak_memory(tmp_path):
+    """Issue 33: peak resident memory per stage, in the manifest beside its seconds; on Linux each stage's peak is its
+    own (a small stage after a 400 MB one is not charged the 400 MB)."""
+    from pipeline.core import memory
+
+    big, small = AllocatingStage("export", 400), AllocatingStage("optimize", 1)
+    make_runner(tmp_path, big, small).run([big.stage(), small.stage()])
+    records = {s["name"]: s for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
+    assert records["export"]["peak_rss_mb"] >= 400
+    if memory.reset_peak():
+        assert records["optimize"]["peak_rss_mb"] < records["export"]["peak_rss_mb"] - 300
