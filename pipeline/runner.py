@@ -25,8 +25,8 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import interrupts
-from pipeline.core import memory
 from pipeline.codekeys import code_key
+from pipeline.core import memory
 from pipeline.core.errors import CapabilityMissing, PipelineError, StageFailed
 from pipeline.core.fileio import external_data_file, sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, StageRecord
