@@ -26,7 +26,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import interrupts
 from pipeline.codekeys import code_key
-from pipeline.core import memory
+from pipeline.core import rss
 from pipeline.core.errors import CapabilityMissing, PipelineError, StageFailed
 from pipeline.core.fileio import external_data_file, sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, StageRecord
@@ -99,7 +99,7 @@ class Runner:
     def _run_one(self, stage: Stage, progress: Progress) -> StageRecord:
         task = progress.add_task("checking inputs", stage=stage.name)
         started = time.perf_counter()
-        memory.reset_peak()
+        rss.reset_peak()
         previous = self.ctx.manifest.get(stage.name)
         try:
             settings = Settings(stage.name, self.ctx.profile, self.ctx.options, stage.reads)
@@ -125,7 +125,7 @@ class Runner:
             raise
         finally:
             progress.remove_task(task)
-        record.peak_rss_mb = memory.peak_rss_mb()
+        record.peak_rss_mb = rss.peak_rss_mb()
         if previous is None or record.status == "failed" or record.output_sha256 != previous.output_sha256:
             self.changed.append(record)
         self.ctx.manifest.put(record)
@@ -138,7 +138,7 @@ class Runner:
     def _record_failure(self, stage: Stage, previous: StageRecord | None, err: BaseException, started: float) -> None:
         """A stage that failed or was interrupted: recorded so, the files of its earlier success taken away."""
         status, reason = self._failure(err)
-        failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id, peak_rss_mb=memory.peak_rss_mb())
+        failed = StageRecord(stage.name, status, _seconds(started), reason, run=self.run_id, peak_rss_mb=rss.peak_rss_mb())
         self._remove_outputs(previous)
         self.changed.append(failed)
         self.ctx.manifest.put(failed)

@@ -333,11 +333,11 @@ class AllocatingStage(CountingStage):
 def test_each_stage_records_its_own_peak_memory(tmp_path):
     """Issue 33: peak resident memory per stage, in the manifest beside its seconds; on Linux each stage's peak is its
     own (a small stage after a 400 MB one is not charged the 400 MB)."""
-    from pipeline.core import memory
+    from pipeline.core import rss
 
     big, small = AllocatingStage("export", 400), AllocatingStage("optimize", 1)
     make_runner(tmp_path, big, small).run([big.stage(), small.stage()])
     records = {s["name"]: s for s in json.loads((tmp_path / "manifest.json").read_text())["stages"]}
     assert records["export"]["peak_rss_mb"] >= 400
-    if memory.reset_peak():
+    if rss.reset_peak():
         assert records["optimize"]["peak_rss_mb"] < records["export"]["peak_rss_mb"] - 300

@@ -33,7 +33,7 @@ class StageRecord:
     run: str = ""  # when the run that wrote this record started (UTC, ISO 8601)
     output_sha256: dict[str, str] = field(default_factory=dict)
     key: dict[str, Any] = field(default_factory=dict)  # what the fingerprint was made of (settings, inputs, code), to say what changed
-    peak_rss_mb: float | None = None  # the process's peak resident memory while the stage ran (pipeline/core/memory.py)
+    peak_rss_mb: float | None = None  # the process's peak resident memory while the stage ran (pipeline/core/rss.py)
 
 
 @dataclass
