@@ -8,8 +8,8 @@
   `attention_mask` (past + new tokens), `position_ids` (where the forward takes them),
   `past_key_values.{i}.key/value` [batch, kv_heads, past_seq, head_dim]; outputs the model's own
   (`logits` or `last_hidden_state`) then `present.{i}.key/value` [batch, kv_heads, past_seq + seq,
-  head_dim]. A profile that does not list the cache inputs gets them derived here from the model's
-  config (`with_past_profile`), with a `past_seq` dim from 0 (prefill) to what the positions allow.
+  head_dim]. A profile that does not list the cache inputs gets them derived here from the cache
+  the model returns (`cache_layout`, `with_past_profile`), with a `past_seq` dim from 0 (prefill) to what the positions allow.
 - `"none"`: the forward runs with `use_cache=False`, whatever the model's config says.
 
 torch and transformers are imported at call time only.
