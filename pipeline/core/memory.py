@@ -25,20 +25,30 @@ def peak_activation_bytes(path: Path, shapes: dict[str, list[int]]) -> int:
 
     sized = onnx.load(str(path), load_external_data=False)
     del sized.graph.value_info[:]  # the exporter's shapes keep their symbolic dims: inferred again at these sizes
+    for output in sized.graph.output:
+        output.type.tensor_type.ClearField("shape")
     for value in sized.graph.input:
         if value.name in shapes:
             dims = value.type.tensor_type.shape.dim
             for dim, size in zip(dims, shapes[value.name], strict=False):
                 dim.Clear()
                 dim.dim_value = size
-    try:  # onnxruntime's inference folds the shape arithmetic exporters write (a Pad's computed pads), ONNX's own stops there
-        inferred = SymbolicShapeInference.infer_shapes(sized, auto_merge=True)
-    except Exception:  # an operator it cannot infer: no estimate
-        return 0
-    sizes = {v.name: _bytes(v) for v in (*inferred.graph.value_info, *inferred.graph.output)}
-    nodes = inferred.graph.node
+    _tensor_constants(sized)
+    sizes: dict[str, int] = {}
+    # onnxruntime's inference folds the shape arithmetic exporters write (a Pad's computed pads, a ReduceMean's axes)
+    # where ONNX's own stops; where both know a size, ONNX's wins
+    for infer in (lambda m: SymbolicShapeInference.infer_shapes(m, auto_merge=True), lambda m: onnx.shape_inference.infer_shapes(m, data_prop=True)):
+        try:
+            inferred = infer(sized)
+        except Exception:  # an operator it cannot infer
+            continue
+        sizes |= {v.name: _bytes(v) for v in (*inferred.graph.value_info, *inferred.graph.output) if _bytes(v)}
+    nodes = sized.graph.node
+    for node in nodes:  # a reshape keeps its input's size whatever shape was inferred (onnxruntime's reads Shape's start/end wrong)
+        if node.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity") and node.input[0] in sizes:
+            sizes[node.output[0]] = sizes[node.input[0]]
     last_use = {name: i for i, node in enumerate(nodes) for name in (*node.input, *node.output)}
-    produced = {name for node in nodes for name in node.output} - {o.name for o in inferred.graph.output}
+    produced = {name for node in nodes for name in node.output} - {o.name for o in sized.graph.output}
     alive, peak = 0, 0
     for i, node in enumerate(nodes):  # a node's outputs are allocated while its inputs are alive; each is freed after its last use
         alive += sum(sizes.get(name, 0) for name in node.output)
@@ -76,6 +86,20 @@ def split_rows(feeds: dict[str, np.ndarray], rows: int) -> list[dict[str, np.nda
     """`feeds` as runs of at most `rows` rows each (one run when they all fit)."""
     total = len(next(iter(feeds.values())))
     return [{name: array[start : start + rows] for name, array in feeds.items()} for start in range(0, total, rows)]
+
+
+def _tensor_constants(model: Any) -> None:
+    """Constants written with value_int(s) / value_float(s) (the dynamo exporter's) rewritten with a tensor
+    `value`, the only form onnxruntime's shape inference reads."""
+    from onnx import helper, numpy_helper
+
+    types = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32, "value_floats": np.float32}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name in types:
+            attribute = node.attribute[0]
+            array = np.array(helper.get_attribute_value(attribute), types[attribute.name])
+            node.ClearField("attribute")
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
 
 
 def _bytes(value: Any) -> int:
