@@ -109,3 +109,17 @@ def test_a_sliding_window_decoder_decodes_as_with_its_own_cache(folder):
     assert type(output.past_key_values.layers[0]).__name__ == "DynamicSlidingWindowLayer"
     assert output.past_key_values.layers[0].keys.shape[2] == 5 and exported.tokens.shape == (2, 16)
     assert np.allclose(torch.stack(scores).numpy(), exported.logits, atol=1e-4)
+
+
+def test_a_cache_with_a_state_space_layer_is_refused_in_one_line():
+    """Jamba's cache holds Mamba states beside its attention layers' keys and values: no past_key_values layout."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.core.errors import ProfileError
+    from pipeline.models.decoder import cache_layout
+
+    config = AutoConfig.for_model("jamba", vocab_size=1000, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                  num_hidden_layers=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, num_experts=2,
+                                  mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)
+    with pytest.raises(ProfileError, match=r'layer 0 of its cache is a \w+ without key and value tensors .*set \[export\] cache = "none"'):
+        cache_layout(AutoModelForCausalLM.from_config(config).eval())
