@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed, first_line
+from pipeline.core.errors import InputError, PipelineError, StageFailed
 from pipeline.core.onnxfile import atomic_onnx, external_data_threshold, ir_weight_bytes, save_onnx
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
 from pipeline.core.verify import OnnxSession
-from pipeline.models.module import build_module, flatten_outputs
+from pipeline.models.module import build_module, flatten_outputs, run_module
 
 Status = Callable[[str], None]
 
@@ -104,16 +104,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
 def _output_names(module: Any, example: tuple, profile: Profile) -> list[str]:
     """The names of the model's flattened outputs, from one run on the example inputs; a model that does not run on
     the inputs its profile describes is the user's to fix (exit 2), not a bug of ours."""
-    import torch
-
-    with torch.no_grad():
-        try:
-            outputs = module(*example)
-        except (TypeError, ValueError, RuntimeError, IndexError) as err:
-            given = ", ".join(f"{spec.name} {list(getattr(t, 'shape', []))}" for spec, t in zip(profile.inputs, example))
-            raise ProfileError(f"{profile.source}: inputs: {type(module).__name__} does not run on the profile's inputs {given} "
-                               f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes its forward takes") from err
-    return [name for name, _ in flatten_outputs(outputs, profile)]
+    return [name for name, _ in flatten_outputs(run_module(module, example, profile), profile)]
 
 
 def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None) -> dict[str, Any]:
@@ -129,8 +120,7 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
     names = [spec.name for spec in profile.inputs]
 
     def torch_run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with torch.no_grad():
-            output = module(*(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names))
+        output = run_module(module, tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names), profile)
         return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
 
     head = None if "logits" in session.outputs else embedding_head(onnx.load(str(onnx_path)))  # a base model: decoded through its embedding
@@ -258,8 +248,8 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
     worst, checked = 0.0, []
     for i, sizes in enumerate(check_sizes(profile) + prefill_sizes(profile)):
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
-        with torch.no_grad():
-            expected = {name: t.numpy() for name, t in flatten_outputs(module(*(torch.from_numpy(a) for a in feeds.values())), profile)}
+        output = run_module(module, tuple(torch.from_numpy(a) for a in feeds.values()), profile)
+        expected = {name: t.numpy() for name, t in flatten_outputs(output, profile)}
         actual = session.run_named(feeds)
         if list(actual) != list(expected):
             raise StageFailed(f"export: the ONNX outputs {list(actual)} are not torch's {list(expected)} (input shapes {_shapes(feeds)}); "

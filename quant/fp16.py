@@ -147,8 +147,10 @@ def repair_placeholder_dims(model, source) -> int:
 
 
 def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -> tuple[OnnxSession, list[dict[str, list[int]]]]:
-    """Run the model at each feed set (one session); a failure is one line naming the shapes and the node.
+    """Run the model at each feed set (one session; a batch whose estimated peak would not fit in memory in
+    runs of fewer rows, pipeline/core/memory.py); a failure is one line naming the shapes and the node.
     Returns the session (it holds the model in onnxruntime: loading it again costs a second) and the shapes run."""
+    from pipeline.core.memory import runs_that_fit
     from pipeline.core.verify import OnnxSession
 
     try:
@@ -158,7 +160,7 @@ def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -
         raise StageFailed(f"{stage}: ModelOpt AutoCast wrote a model onnxruntime cannot load ({reason}); keep the node named there "
                           "in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types) or report it with the model") from err
     checked = []
-    for feeds in feed_sets:
+    for feeds in (run for feed_set in feed_sets for run in runs_that_fit(path, feed_set)):  # a batch too large for memory: in parts
         shapes = {name: list(a.shape) for name, a in feeds.items()}
         try:
             session.run(feeds)

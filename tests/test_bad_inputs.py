@@ -91,6 +91,24 @@ def raises():
 
 def inner_type_error(hidden=4):
     return torch.nn.Linear(hidden, "four")  # a TypeError inside the factory, not in its kwargs
+
+
+class Lookup(torch.nn.Module):
+    def forward(self, x):
+        return {"a": x}["b"]  # a KeyError of the user's own forward
+
+
+class FixedBatch(torch.nn.Module):
+    def forward(self, x):
+        return x.reshape(2, 8)  # runs at the example's batch 2, not at the check's batch 1
+
+
+def lookup():
+    return Lookup()
+
+
+def fixed_batch():
+    return FixedBatch()
 '''
 
 
@@ -157,6 +175,9 @@ def library(tmp_path_factory) -> Path:
     (root / "typeerror.toml").write_text(_profile("badfactories:inner_type_error"))
     (root / "kwargs.toml").write_text(_profile("badfactories:inner_type_error", "kwargs = { width = 3 }"))
     (root / "syntax.toml").write_text(_profile("syntaxmod:make"))
+    (root / "lookup.toml").write_text(_profile("badfactories:lookup"))
+    (root / "fixedbatch.toml").write_text(_profile("badfactories:fixed_batch").replace("shape = [2, 8]", 'shape = ["batch", 8]')
+                                          + "[dims.batch]\nmin = 1\nopt = 2\nmax = 4\n")
     (root / "importfail.toml").write_text(_profile("importfail:make"))
     (root / "seed.toml").write_text(_profile("factories:tiny_mlp", f"seed = {2**70}"))
     (root / "\x1b]0;evil\x07.onnx").write_bytes(b"")
@@ -297,7 +318,11 @@ CASES = {
     "build --int4 on a model with no eligible weights": Case(("build", "--profile", "conv.toml", "--onnx", "conv.onnx", "--int4", "--out", "o"),
                                                              "has no MatMul/Gemm with a constant 2-D weight", new_files=("o", "o/manifest.json", "o/model.opt.onnx")),
     "a factory's model on inputs it does not take": Case(("build", "--profile", "cnn1ch.toml", "--until", "export", "--out", "o"),
-                                                          "cnn1ch.toml: inputs: _TinyCnn does not run on the profile's inputs x [2, 1, 16, 16] (RuntimeError: "),
+                                                          "cnn1ch.toml: inputs: factories._TinyCnn does not run on the profile's inputs x [2, 1, 16, 16] (RuntimeError: "),
+    "a forward raising an error of its own": Case(("build", "--profile", "lookup.toml", "--until", "export", "--out", "o"),
+                                                  "lookup.toml: inputs: badfactories.Lookup does not run on the profile's inputs x [2, 8] (KeyError: 'b')"),
+    "a forward that fails at a check size only": Case(("build", "--profile", "fixedbatch.toml", "--until", "export", "--out", "o"),
+                                                      "badfactories.FixedBatch does not run on the profile's inputs x [1, 8] (RuntimeError: "),
     "random-weight CNN on inputs it does not take": Case(("build", "--profile", "resnet4ch.toml", "--until", "export", "--out", "o"),
                                                           "the random-weight ResNetModel does not run on the profile's inputs pixel_values [2, 4, 32, 32]"),
     "quantize --fp8 with a decoder preset on a CNN": Case(("quantize", "conv.onnx", "--fp8", "--preset", "decoder", "--profile", "conv.toml", "-o", "out.onnx"),

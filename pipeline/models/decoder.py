@@ -8,8 +8,8 @@
   `attention_mask` (past + new tokens), `position_ids` (where the forward takes them),
   `past_key_values.{i}.key/value` [batch, kv_heads, past_seq, head_dim]; outputs the model's own
   (`logits` or `last_hidden_state`) then `present.{i}.key/value` [batch, kv_heads, past_seq + seq,
-  head_dim]. A profile that does not list the cache inputs gets them derived here from the model's
-  config (`with_past_profile`), with a `past_seq` dim from 0 (prefill) to what the positions allow.
+  head_dim]. A profile that does not list the cache inputs gets them derived here from the cache
+  the model returns (`cache_layout`, `with_past_profile`), with a `past_seq` dim from 0 (prefill) to what the positions allow.
 - `"none"`: the forward runs with `use_cache=False`, whatever the model's config says.
 
 torch and transformers are imported at call time only.
@@ -18,6 +18,7 @@ torch and transformers are imported at call time only.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.errors import InputError, ProfileError
@@ -28,12 +29,24 @@ PAST_DIM = "past_seq"
 MASK_SHAPE = ["batch", f"{PAST_DIM}+seq"]
 
 
+@dataclass(frozen=True)
+class CacheLayer:
+    """One layer of a decoder's KV cache as its prefill returned it: keys [batch, key_heads, tokens, key_dim], values alike."""
+
+    key_heads: int
+    key_dim: int
+    value_heads: int
+    value_dim: int
+    dtype: str
+    sliding_window: int | None  # a sliding-window layer's window: exported with a full-length cache, the mask applies the window
+
+
 def prepare(model: Any, profile: Profile) -> tuple[Any, Profile]:
     """The model in eval mode, its forward taking the profile's inputs in order (see `bind_forward`),
     and the profile its export uses: with the cache inputs when the cache is exported."""
     mode = cache_mode(profile, model)
     if mode == "with-past":
-        profile = with_past_profile(profile, model.config, inspect.signature(model.forward).parameters)
+        profile = with_past_profile(profile, model)
     return bind_forward(model.eval(), profile, mode), profile
 
 
@@ -51,21 +64,45 @@ def is_pretrained(module: Any) -> bool:
 
 
 def returns_cache(model: Any) -> bool:
-    """The model's forward returns a KV cache when called as it is configured: tried on two tokens
-    (BertModel takes past_key_values but returns a cache only when configured as a decoder)."""
+    """The model's forward returns a KV cache when called as it is configured (see `_prefill_cache`)."""
+    return bool(getattr(_prefill_cache(model), "layers", None))
+
+
+def _prefill_cache(model: Any) -> Any:
+    """The cache the model returns from a prefill of two tokens with its cache on, or None (BertModel
+    takes past_key_values but returns a cache only when configured as a decoder). Works on the meta device."""
     import torch
 
     accepted = inspect.signature(type(model).forward).parameters
     if not ("past_key_values" in accepted and "input_ids" in accepted and getattr(model.config, "use_cache", False)):
-        return False
+        return None
     try:
         with torch.no_grad():
             ids = torch.zeros((1, 2), dtype=torch.long, device=next(model.parameters()).device)  # the meta device at init
             output = type(model).forward(model, input_ids=ids, use_cache=True, return_dict=True)
     except Exception:  # a model that needs more than token ids to run: its export says what is wrong
-        return False
-    cache = output.get("past_key_values") if hasattr(output, "get") else None
-    return cache is not None and bool(getattr(cache, "layers", cache))
+        return None
+    return output.get("past_key_values") if hasattr(output, "get") else None
+
+
+def cache_layout(model: Any) -> list[CacheLayer]:
+    """The model's KV cache, layer by layer, read from the cache its prefill returns (heads, head dims,
+    dtype, sliding window): what the model computes, not what its config suggests (a multi-query
+    Falcon has one KV head where its config says 4). Refuses a cache that is not one key and one value per layer."""
+    name = type(model).__name__
+    layers = getattr(_prefill_cache(model), "layers", None) or []
+    for index, layer in enumerate(layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if getattr(keys, "ndim", 0) != 4 or getattr(values, "ndim", 0) != 4:
+            raise ProfileError(f"{name}: layer {index} of its cache is a {type(layer).__name__} without key and value tensors "
+                               '[batch, heads, tokens, head_dim] (a state-space or linear-attention layer?); set [export] cache = "none"')
+    layout = [CacheLayer(layer.keys.shape[1], layer.keys.shape[3], layer.values.shape[1], layer.values.shape[3],
+                         str(layer.keys.dtype).removeprefix("torch."), getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None)
+              for layer in layers]
+    unfit = next((layer.dtype for layer in layout if layer.dtype not in ("float32", "float16")), None)
+    if unfit:
+        raise ProfileError(f"{name}: its cache is {unfit}, which a profile input cannot be; load the model in float32")
+    return layout
 
 
 def cache_mode(profile: Profile, model: Any) -> str:
@@ -87,30 +124,21 @@ def cache_mode(profile: Profile, model: Any) -> str:
     return "with-past"
 
 
-def cache_layout(config: Any) -> tuple[int, int, int]:
-    """(layers, KV heads, head size) from a decoder's config; GQA keeps its KV head count."""
-    layers = config.num_hidden_layers
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return layers, kv_heads, head_dim
-
-
 def max_positions(config: Any) -> int | None:
     return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
-def with_past_profile(profile: Profile, config: Any, accepted: Any) -> Profile:
+def with_past_profile(profile: Profile, model: Any) -> Profile:
     """The profile with the cache inputs its with-past export takes: the profile's own when it lists
-    them, else derived from the model's config and its forward's arguments (`accepted`), with
-    `past_seq` from 0 to max positions - seq max."""
+    them, else one key and one value input per layer of the cache the model returns (`cache_layout`),
+    the arguments its forward takes, and `past_seq` from 0 to max positions - seq max."""
     names = [spec.name for spec in profile.inputs]
     if any(PAST_INPUT.fullmatch(n) for n in names):
         return profile
     if "seq" not in profile.dims or "batch" not in profile.dims:
         raise ProfileError(f"{profile.source}: dims: the with-past export of a decoder needs dims named batch and seq (new tokens); "
                            'rename yours, or set [export] cache = "none"')
-    layers, kv_heads, head_dim = cache_layout(config)
+    config, layout = model.config, cache_layout(model)
     seq = profile.dims["seq"]
     longest = max_positions(config) or 2 * seq.max
     if longest - seq.max < 1:
@@ -120,11 +148,12 @@ def with_past_profile(profile: Profile, config: Any, accepted: Any) -> Profile:
     by_name = {spec.name: spec.model_dump() for spec in profile.inputs}
     inputs = [by_name.get("input_ids", {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]})]
     inputs.append({"name": "attention_mask", "dtype": by_name.get("attention_mask", {}).get("dtype", "int64"), "shape": MASK_SHAPE, "fill": "mask"})
-    if "position_ids" in accepted:
+    if "position_ids" in inspect.signature(model.forward).parameters:
         inputs.append({"name": "position_ids", "dtype": "int64", "shape": ["batch", "seq"], "fill": "positions"})
     inputs += [spec for name, spec in by_name.items() if name not in ("input_ids", "attention_mask", "position_ids")]
-    inputs += [{"name": f"past_key_values.{i}.{kind}", "dtype": "float32", "shape": ["batch", kv_heads, PAST_DIM, head_dim]}
-               for i in range(layers) for kind in ("key", "value")]
+    for i, layer in enumerate(layout):
+        inputs += [{"name": f"past_key_values.{i}.key", "dtype": layer.dtype, "shape": ["batch", layer.key_heads, PAST_DIM, layer.key_dim]},
+                   {"name": f"past_key_values.{i}.value", "dtype": layer.dtype, "shape": ["batch", layer.value_heads, PAST_DIM, layer.value_dim]}]
     data = {**profile.model_dump(), "inputs": inputs, "dims": {**profile.model_dump()["dims"], PAST_DIM: past}, "source": profile.source}
     return Profile.model_validate(data)
 
@@ -183,7 +212,7 @@ def bind_forward(model: Any, profile: Profile, mode: str) -> Any:
     if past and mode != "with-past":
         raise ProfileError(f"{profile.source}: inputs: {past[0]!r} is a cache input but the export runs without a cache; "
                            'remove the past_key_values.* inputs or set [export] cache = "with-past"')
-    layers = cache_layout(model.config)[0] if mode == "with-past" else 0
+    layers = len(cache_layout(model)) if mode == "with-past" else 0
     if mode == "with-past" and sorted(past) != sorted(f"past_key_values.{i}.{k}" for i in range(layers) for k in ("key", "value")):
         raise ProfileError(f"{profile.source}: inputs: the cache inputs must be past_key_values.{{i}}.key and .value for i in 0..{layers - 1} "
                            f"({type(model).__name__} has {layers} layers); remove them to have them derived")
@@ -193,8 +222,8 @@ def bind_forward(model: Any, profile: Profile, mode: str) -> Any:
     def forward(*inputs):
         named = dict(zip(names, inputs, strict=True))
         if mode == "with-past":
-            named["past_key_values"] = _cache(model.config, [(named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value"))
-                                                              for i in range(layers)])
+            named["past_key_values"] = _cache([(named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value"))
+                                               for i in range(layers)])
         output = keyword_forward(**named, **extra)
         return _with_present(output, layers, profile) if mode == "with-past" else output
 
@@ -202,10 +231,13 @@ def bind_forward(model: Any, profile: Profile, mode: str) -> Any:
     return model
 
 
-def _cache(config: Any, pairs: list[tuple[Any, Any]]) -> Any:
+def _cache(pairs: list[tuple[Any, Any]]) -> Any:
+    """A DynamicCache of full-length layers, sliding-window ones too: the model's mask applies the window.
+    A sliding layer of the config's own cache keeps only its last window - 1 tokens, a slice of
+    past_seq + seq that torch.export can only trace by specializing past_seq ("Constraints violated")."""
     from transformers import DynamicCache
 
-    return DynamicCache(ddp_cache_data=pairs, config=config)
+    return DynamicCache(ddp_cache_data=pairs)
 
 
 def _with_present(output: Any, layers: int, profile: Profile) -> dict[str, Any]:

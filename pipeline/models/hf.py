@@ -237,7 +237,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, l
     if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
         inputs.append(({"name": "token_type_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.type_vocab_size]}, "segment ids"))
     if decoder:
-        dims, inputs = _with_past_inputs(dims, inputs, config, accepted)
+        dims, inputs = _with_past_inputs(dims, inputs, model_class, config)
     return dims, inputs, decoder
 
 
@@ -252,14 +252,18 @@ def _returns_cache(model_class: Any, config: Any) -> bool:
     return returns_cache(model)
 
 
-def _with_past_inputs(dims: dict, inputs: list, config: Any, accepted: Any) -> tuple[dict, list]:
-    """A decoder's starter dims and inputs with its KV cache (pipeline/models/decoder.py lays them out)."""
+def _with_past_inputs(dims: dict, inputs: list, model_class: Any, config: Any) -> tuple[dict, list]:
+    """A decoder's starter dims and inputs with its KV cache, read from the model built on the meta device
+    (pipeline/models/decoder.py lays them out)."""
+    import torch
+
     comments = {"input_ids": "new token ids", "attention_mask": "1 per past and new token, 0 for padding",
                 "position_ids": "positions of the new tokens", "past_key_values": "the KV cache: [batch, kv_heads, past_seq, head_dim]"}
     base = Profile.model_validate({"name": "starter", "model": {"hf_config": {"model_type": config.model_type}},
                                    "dims": {d: {"min": lo, "opt": op, "max": hi} for d, (lo, op, hi) in dims.items()},
                                    "inputs": [row for row, _ in inputs]})
-    derived = with_past_profile(base, config, accepted)
+    with torch.device("meta"):
+        derived = with_past_profile(base, model_class(config))
     rows = []
     for spec in derived.inputs:
         row = {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape)}

@@ -9,7 +9,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.core.errors import InputError, ProfileError, first_line
+from pipeline.core.errors import InputError, PipelineError, ProfileError, first_line
 from pipeline.core.modelsource import find_spec, importable_from
 from pipeline.core.profiles import Profile
 from pipeline.core.samples import make_inputs
@@ -84,6 +84,25 @@ def default_example(profile: Profile) -> tuple:
     import torch
 
     return tuple(torch.from_numpy(a) for a in make_inputs(profile, seed=profile.model.seed, dims=export_sizes(profile)).values())
+
+
+def run_module(module: Any, inputs: tuple, profile: Profile) -> Any:
+    """The model's output on `inputs` (torch tensors, the profile's order), without gradients. The model is
+    the user's: any exception its forward raises on the profile's inputs is theirs to fix, said in one line
+    naming the model's class and the input shapes (a ProfileError: exit 2, nothing written)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            return module(*inputs)
+    except PipelineError:
+        raise
+    except Exception as err:
+        model = type(module)
+        given = ", ".join(f"{spec.name} {list(getattr(t, 'shape', []))}" for spec, t in zip(profile.inputs, inputs))
+        raise ProfileError(f"{profile.source}: inputs: {model.__module__}.{model.__qualname__} does not run on the profile's inputs {given} "
+                           f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes its forward takes, "
+                           "or fix its forward (--debug shows the traceback)") from err
 
 
 def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tuple[str, Any]]:

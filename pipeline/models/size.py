@@ -5,10 +5,10 @@ refused in one line. `init --hf MODEL_TYPE` writes `SMALL_CONFIG` instead of the
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pipeline.core.errors import ProfileError
+from pipeline.core.memory import available_bytes
 
 # Peak resident memory the export stage adds, over the FP32 weights' bytes (the model, the traced
 # program, the ONNX proto and its file, the onnxruntime session that verifies it): 6.7x measured on
@@ -45,18 +45,6 @@ def small_config_fields(config: Any) -> dict[str, int]:
     return fields
 
 
-def available_memory() -> int:
-    """Bytes this machine can give a new process now (MemAvailable on Linux, else free physical pages)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def count_parameters(auto_class: Any, config: Any) -> int:
     """The parameter count of the model `auto_class.from_config(config)` would build, counted on the meta device."""
     import torch
@@ -71,7 +59,7 @@ def check_fits(auto_class: Any, config: Any, where: str, available: int | None =
     available; return its parameter count."""
     parameters = count_parameters(auto_class, config)
     weights = parameters * 4
-    available = available_memory() if available is None else available
+    available = available_bytes() if available is None else available
     if weights * EXPORT_MEMORY_FACTOR > available:
         keys = ", ".join(small_config_fields(config)) or "its size keys"
         raise ProfileError(
