@@ -78,7 +78,7 @@ def test_each_decoder_exports_with_its_cache_and_generates_as_torch(folder, mode
 
     profile = load_profile(str(write_profile(folder, profile_text(model_type), f"{model_type}.toml")))
     result = export_model(profile, folder / f"{model_type}.onnx", generation_reference=folder / f"{model_type}.npz")
-    assert result.derived["dims"]["past_seq"] == {"min": 0, "opt": 8, "max": 96}, "past_seq up to positions - seq max, past the window too"
+    assert result.derived["dims"]["past_seq"] == {"min": 0, "opt": 8, "max": 32}, "past_seq up to seq max by default, past the window too"
     assert result.generation["token_agreement"] == 1.0 and result.generation["tokens"] == 2 * 16
 
 
@@ -123,3 +123,29 @@ def test_a_cache_with_a_state_space_layer_is_refused_in_one_line():
                                   mamba_d_state=4, mamba_expand=2, use_mamba_kernels=False)
     with pytest.raises(ProfileError, match=r'layer 0 of its cache is a \w+ without key and value tensors .*set \[export\] cache = "none"'):
         cache_layout(AutoModelForCausalLM.from_config(config).eval())
+
+
+@pytest.mark.parametrize(("declared", "expected"), [("", {"min": 0, "opt": 8, "max": 32}),
+                                                    ("[dims.past_seq]\nmin = 0\nopt = 16\nmax = 64\n", {"min": 0, "opt": 16, "max": 64}),
+                                                    ("[dims.past_seq]\nmin = 0\nopt = 16\nmax = 97\n", "dims.past_seq.max = 97: the model takes 128 positions, 96 of them beside dims.seq.max = 32; set it to 96 or less")])
+def test_the_cache_range_is_the_profiles(folder, declared, expected):
+    """Issue 33: the cache range was max positions - seq max (32,256 tokens for a Qwen2.5 profile asking for seq up to
+    512), memory TensorRT's optimization profile reserves. It is the profile's `[dims.past_seq]`, else 0 to seq max;
+    one beyond the model's positions is refused in one line."""
+    import importlib
+    import sys
+
+    from pipeline.core.errors import ProfileError
+    from pipeline.models.decoder import with_past_profile
+
+    profile = load_profile(str(write_profile(folder, profile_text("qwen2") + declared, "qwen2-range.toml")))
+    sys.path.insert(0, str(folder))
+    try:
+        model = importlib.import_module("caches").decoder("qwen2")
+    finally:
+        sys.path.remove(str(folder))
+    if isinstance(expected, str):
+        with pytest.raises(ProfileError, match=expected.replace(".", r"\.")):
+            with_past_profile(profile, model)
+        return
+    assert with_past_profile(profile, model).dims["past_seq"].model_dump() == expected

@@ -59,7 +59,7 @@ def test_a_llama_factory_exports_with_its_cache_in_optimums_layout(llama_export)
     assert [o.name for o in graph.output] == ["last_hidden_state", *(name.replace("past_key_values", "present") for name in past)]
     shape = [d.dim_param or d.dim_value for d in graph.input[3].type.tensor_type.shape.dim]
     assert shape == ["batch", 2, "past_seq", 16], "GQA: 2 KV heads of 16, not the 4 query heads"
-    assert result.derived["dims"]["past_seq"] == {"min": 0, "opt": 8, "max": 96}, "0 (prefill) .. positions - seq max"
+    assert result.derived["dims"]["past_seq"] == {"min": 0, "opt": 8, "max": 32}, "0 (prefill) .. seq max (no [dims.past_seq] in the profile)"
     assert {"input_ids": [2, 8], "attention_mask": [2, 8], "position_ids": [2, 8], **dict.fromkeys(past, [2, 2, 0, 16])} in result.checked_shapes
     assert result.generation["token_agreement"] == 1.0 and result.generation["tokens"] == 2 * 16
     assert (path.parent / "llama.generation.npz").is_file()
@@ -127,7 +127,7 @@ def test_an_unchanged_gpt2_factory_builds_fp16_and_int8_with_generation_figures(
     write_profile(folder, factory_profile("gpt2"), "gpt2.toml")
     run = run_cli("build", "--profile", str(folder / "gpt2.toml"), "--fp16", "--int8", "--until", "int8", "--out", str(folder / "out"), path=(folder,))
     assert run.returncode == 0, run.stderr
-    assert "cache derived: 4 past_key_values inputs, past_seq 0..992" in run.stdout
+    assert "cache derived: 4 past_key_values inputs, past_seq 0..32" in run.stdout
     lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.split() and line.split()[0] in ("export", "optimize", "int8")}
     assert "greedy tokens 100% as torch's" in lines["export"] and "greedy tokens 100% as torch's" in lines["optimize"]
     assert "greedy tokens" in lines["int8"], "each stage's line says how many tokens agree"

@@ -248,7 +248,7 @@ class Profile(_Section):
         undeclared = sorted(used - self.dims.keys())
         if undeclared:
             raise ValueError(f"dims {undeclared} are used in input shapes but not declared: add [dims.{undeclared[0]}] with min, opt, max")
-        unused = sorted(self.dims.keys() - used)
+        unused = sorted(self.dims.keys() - used - {EMPTY_ALLOWED})  # past_seq alone: the cache a with-past export derives its inputs for
         if unused:
             raise ValueError(f"dims {unused} are declared but no input shape uses them")
         empty = sorted(name for name, d in self.dims.items() if d.min == 0 and name != EMPTY_ALLOWED)

@@ -9,7 +9,7 @@
   `past_key_values.{i}.key/value` [batch, kv_heads, past_seq, head_dim]; outputs the model's own
   (`logits` or `last_hidden_state`) then `present.{i}.key/value` [batch, kv_heads, past_seq + seq,
   head_dim]. A profile that does not list the cache inputs gets them derived here from the cache
-  the model returns (`cache_layout`, `with_past_profile`), with a `past_seq` dim from 0 (prefill) to what the positions allow.
+  the model returns (`cache_layout`, `with_past_profile`), with a `past_seq` dim from the profile's `[dims.past_seq]`, else 0 (prefill) to seq max (`past_range`).
 - `"none"`: the forward runs with `use_cache=False`, whatever the model's config says.
 
 torch and transformers are imported at call time only.
@@ -131,7 +131,7 @@ def max_positions(config: Any) -> int | None:
 def with_past_profile(profile: Profile, model: Any) -> Profile:
     """The profile with the cache inputs its with-past export takes: the profile's own when it lists
     them, else one key and one value input per layer of the cache the model returns (`cache_layout`),
-    the arguments its forward takes, and `past_seq` from 0 to max positions - seq max."""
+    the arguments its forward takes, and `past_seq` as `past_range` sets it."""
     names = [spec.name for spec in profile.inputs]
     if any(PAST_INPUT.fullmatch(n) for n in names):
         return profile
@@ -139,12 +139,7 @@ def with_past_profile(profile: Profile, model: Any) -> Profile:
         raise ProfileError(f"{profile.source}: dims: the with-past export of a decoder needs dims named batch and seq (new tokens); "
                            'rename yours, or set [export] cache = "none"')
     config, layout = model.config, cache_layout(model)
-    seq = profile.dims["seq"]
-    longest = max_positions(config) or 2 * seq.max
-    if longest - seq.max < 1:
-        raise ProfileError(f"{profile.source}: dims.seq.max = {seq.max} leaves no room for a KV cache within the model's {longest} positions; "
-                           "lower dims.seq.max")
-    past = {"min": 0, "opt": min(seq.opt, longest - seq.max), "max": longest - seq.max}
+    past = past_range(profile, max_positions(config))
     by_name = {spec.name: spec.model_dump() for spec in profile.inputs}
     inputs = [by_name.get("input_ids", {"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]})]
     inputs.append({"name": "attention_mask", "dtype": by_name.get("attention_mask", {}).get("dtype", "int64"), "shape": MASK_SHAPE, "fill": "mask"})
@@ -156,6 +151,25 @@ def with_past_profile(profile: Profile, model: Any) -> Profile:
                    {"name": f"past_key_values.{i}.value", "dtype": layer.dtype, "shape": ["batch", layer.value_heads, PAST_DIM, layer.value_dim]}]
     data = {**profile.model_dump(), "inputs": inputs, "dims": {**profile.model_dump()["dims"], PAST_DIM: past}, "source": profile.source}
     return Profile.model_validate(data)
+
+
+def past_range(profile: Profile, positions: int | None) -> dict[str, int]:
+    """The cache lengths the export is built for: the profile's `[dims.past_seq]`, else 0 (prefill) to the profile's
+    seq max (a prompt of seq.max tokens and as many generated), within the model's positions: TensorRT's optimization
+    profile reserves memory for its max, so a 32k cache nobody asked for is not the default."""
+    seq, asked = profile.dims["seq"], profile.dims.get(PAST_DIM)
+    room = positions - seq.max if positions else None
+    where = f"{profile.source}: dims.{PAST_DIM}.max"
+    if room is not None and room < 1:
+        raise ProfileError(f"{profile.source}: dims.seq.max = {seq.max} leaves no room for a KV cache within the model's {positions} positions; "
+                           "lower dims.seq.max")
+    if asked is not None:
+        if room is not None and asked.max > room:
+            raise ProfileError(f"{where} = {asked.max}: the model takes {positions} positions, {room} of them beside dims.seq.max = {seq.max}; "
+                               f"set it to {room} or less")
+        return {"min": asked.min, "opt": asked.opt, "max": asked.max}
+    longest = seq.max if room is None else min(seq.max, room)
+    return {"min": 0, "opt": min(seq.opt, longest), "max": longest}
 
 
 def prefill_sizes(profile: Profile) -> list[dict[str, int]]:
