@@ -21,7 +21,7 @@ from typing import Any
 
 import tomlkit
 
-from pipeline.core.errors import InputError, ProfileError, first_line
+from pipeline.core.errors import InputError, PipelineError, ProfileError, first_line
 from pipeline.core.modelsource import local_folder
 from pipeline.core.profiles import Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
@@ -170,11 +170,12 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
             model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
         else:
             config = transformers.AutoConfig.for_model(source)
-            small = {} if full_size else small_config_fields(config)
-            config = transformers.AutoConfig.for_model(source, **small)
-            hf_config = {"model_type": source, **small}
     except (OSError, ValueError) as err:
         raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    if not folder.is_dir():
+        small = {} if full_size else small_config_fields(config)
+        config = _small_config(transformers, source, small)
+        hf_config = {"model_type": source, **small}
     if config.is_encoder_decoder:
         raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
                          "and its decoder with past as two models in one build is not supported yet: write a factory returning "
@@ -183,8 +184,82 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
     except KeyError as err:
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
-    dims, inputs, decoder = _starter_inputs(source, model_class, config)
-    return tomlkit.dumps(_starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder))
+    try:
+        dims, inputs, decoder = _starter_inputs(source, model_class, config)
+    except PipelineError:
+        raise
+    except Exception as err:  # noqa: BLE001 - transformers' config and model, not ours (a composite config has no num_channels, ...)
+        raise InputError(f"init --hf {source}: cannot derive {model_class.__name__}'s inputs from its config ({type(err).__name__}: {_first_line(err)}); "
+                         "write its [[inputs]] by hand (see docs/models.md)") from err
+    document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder)
+    if not full_size:  # a default config's model may not fit this machine: its user sizes it
+        _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
+    return tomlkit.dumps(document)
+
+
+def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool) -> None:
+    """Build the model the starter profile describes and run it once on inputs at the profile's max
+    dims (a checkpoint's at batch 1): a profile `init` writes works. An encoder's seq max is first
+    lowered to the longest sequence the model takes, found by trying (xlm-roberta's positions start
+    after its padding index). A model that does not build or run is refused in one line."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    profile = Profile.model_validate({**document.unwrap(), "source": path})
+    model: Any = None
+    try:
+        model = load_hf_model(profile)
+        with torch.no_grad():
+            if not decoder and "seq" in profile.dims:
+                longest = _longest_sequence(model, profile)
+                if longest < profile.dims["seq"].max:
+                    seq = document["dims"]["seq"]
+                    seq["max"], seq["opt"], seq["min"] = longest, min(seq["opt"], longest), min(seq["min"], longest)
+                    seq.comment(f"the longest sequence {type(model).__name__} takes")
+                    profile = Profile.model_validate({**document.unwrap(), "source": path})
+            bound, export_profile = prepare(model, profile)
+            sizes = {"batch": 1} if checkpoint else None
+            bound(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=0, which="max", dims=sizes).values()))
+    except PipelineError as err:
+        raise InputError(f"init --hf {source}: {str(err).removeprefix(f'{path}: ')}") from err
+    except Exception as err:  # noqa: BLE001 - transformers' model, not ours: any failure is the model's limit
+        raise InputError(f"init --hf {source}: transformers' {type(model).__name__ if model is not None else 'model'} does not run on "
+                         f"the profile init would write ({type(err).__name__}: {_first_line(err)}); "
+                         "write its config and [[inputs]] by hand (see docs/models.md)") from err
+
+
+def _longest_sequence(model: Any, profile: Profile) -> int:
+    """The longest seq (<= dims.seq.max) the model runs at batch 1, bisected when seq max fails; seq max
+    when even seq min fails (the error is then not the length's, and the caller's run reports it)."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    def runs(seq: int) -> bool:
+        feeds = make_inputs(profile, seed=0, dims={"batch": 1, "seq": seq})
+        try:
+            model(**{name: torch.from_numpy(array) for name, array in feeds.items()})
+        except Exception:  # noqa: BLE001 - any failure: this length is not accepted
+            return False
+        return True
+
+    low, high = profile.dims["seq"].min, profile.dims["seq"].max
+    if runs(high) or not runs(low):
+        return high
+    while high - low > 1:  # low runs, high does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if runs(middle) else (low, middle)
+    return low
+
+
+def _small_config(transformers: Any, model_type: str, small: dict[str, Any]) -> Any:
+    """The model_type's config with init's small fields, or one line naming what it does not accept."""
+    try:
+        return transformers.AutoConfig.for_model(model_type, **small)
+    except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
+        raise InputError(f"init --hf {model_type}: its config does not take init's small sizes ({type(err).__name__}: {_first_line(err)}); "
+                         "there is no small config for it: write its hf_config by hand, or use --full-size") from err
 
 
 def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, decoder: bool):
