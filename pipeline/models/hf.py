@@ -173,8 +173,7 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     except (OSError, ValueError) as err:
         raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
     if not folder.is_dir():
-        small = {} if full_size else small_config_fields(config)
-        config = _small_config(transformers, source, small)
+        config, small = (config, {}) if full_size else _small_config(transformers, source, config)
         hf_config = {"model_type": source, **small}
     if config.is_encoder_decoder:
         raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
@@ -185,7 +184,7 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     except KeyError as err:
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
     try:
-        dims, inputs, decoder = _starter_inputs(source, model_class, config)
+        dims, inputs, decoder = _starter_inputs(source, model_class, config, small=bool(hf_config) and not full_size)
     except PipelineError:
         raise
     except Exception as err:  # noqa: BLE001 - transformers' config and model, not ours (a composite config has no num_channels, ...)
@@ -253,11 +252,22 @@ def _longest_sequence(model: Any, profile: Profile) -> int:
     return low
 
 
-def _small_config(transformers: Any, model_type: str, small: dict[str, Any]) -> Any:
-    """The model_type's config with init's small fields, or one line naming what it does not accept."""
+def _small_config(transformers: Any, model_type: str, default: Any) -> tuple[Any, dict[str, Any]]:
+    """The model_type's config with init's small fields, and those fields. A field the config's
+    validation names is left at its default and the rest tried again; a refusal naming no field of
+    ours is one line."""
     try:
-        return transformers.AutoConfig.for_model(model_type, **small)
-    except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
+        small = small_config_fields(default)
+        for _ in range(len(small)):
+            try:
+                return transformers.AutoConfig.for_model(model_type, **small), small
+            except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
+                named = [key for key in small if key in str(err)]
+                if not named:
+                    raise
+                small = {key: value for key, value in small.items() if key not in named}
+        return transformers.AutoConfig.for_model(model_type, **small), small
+    except Exception as err:  # noqa: BLE001 - as above; or a config that refuses global per-layer reads
         raise InputError(f"init --hf {model_type}: its config does not take init's small sizes ({type(err).__name__}: {_first_line(err)}); "
                          "there is no small config for it: write its hf_config by hand, or use --full-size") from err
 
@@ -292,8 +302,9 @@ def _table(values: dict[str, Any], comment: str = ""):
     return table
 
 
-def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, list[tuple[dict, str]], bool]:
-    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache."""
+def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> tuple[dict, list[tuple[dict, str]], bool]:
+    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache
+    (`small`: init's small config)."""
     accepted = inspect.signature(model_class.forward).parameters
     if "pixel_values" in accepted:
         size = getattr(config, "image_size", 224)
@@ -302,7 +313,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, l
         return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
     if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
-    decoder = _returns_cache(model_class, config)
+    decoder = _returns_cache(model_class, config, small)
     positions = max_positions(config) or 512
     longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
     dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
@@ -316,13 +327,21 @@ def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, l
     return dims, inputs, decoder
 
 
-def _returns_cache(model_class: Any, config: Any) -> bool:
-    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device: no memory, any size."""
+# A small config's model with at most this many parameters is tried on the CPU, not the meta device.
+CPU_TRY_PARAMETERS = 50_000_000
+
+
+def _returns_cache(model_class: Any, config: Any, small: bool) -> bool:
+    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device (no memory,
+    any size), or for a small config on the CPU: a forward meta tensors cannot run (a MoE's routing)
+    would read as no cache."""
     import torch
 
     if "past_key_values" not in inspect.signature(model_class.forward).parameters:
         return False
     with torch.device("meta"):
+        model = model_class(config)
+    if small and sum(p.numel() for p in model.parameters()) <= CPU_TRY_PARAMETERS:
         model = model_class(config)
     return returns_cache(model)
 

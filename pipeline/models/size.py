@@ -54,8 +54,8 @@ def small_config_fields(config: Any) -> dict[str, Any]:
     fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
     head_dim = SMALL_CONFIG["hidden_size"] // SMALL_CONFIG["num_attention_heads"]
     for key, value in defaults.items():
-        if "rotary" in key and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:
-            fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head
+        if _is_head_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:
+            fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head; deepseek's qk_rope_head_dim
         if key == "image_size" and _largest_side(value) > SMALL_IMAGE:
             fields[key] = SMALL_IMAGE if isinstance(value, int) else [SMALL_IMAGE] * len(value)
     vocab = SMALL_CONFIG["vocab_size"]
@@ -84,6 +84,11 @@ def _shorter_lists(defaults: dict[str, Any], layers: Any) -> dict[str, Any]:
             pattern = value[0][0]
             shorter[key] = [[pattern, -(-SMALL_STAGES // len(pattern))]]
     return shorter
+
+
+def _is_head_width(key: str) -> bool:
+    """A per-head width other than head_dim: rotary_dim, qk_rope_head_dim, v_head_dim, ..."""
+    return key != "head_dim" and (key.endswith("head_dim") or ("rotary" in key or "rope" in key) and key.endswith("_dim"))
 
 
 def _is_run(run: Any) -> bool:
