@@ -163,24 +163,16 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     transformers = _transformers(f"init --hf {source}", InputError)
     folder = Path(source).expanduser()
     model: dict[str, Any] = {"task": task, "seed": 0}
-    hf_config: dict[str, Any] = {}
-    try:
-        if folder.is_dir():
-            config = transformers.AutoConfig.from_pretrained(str(folder))
-            model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
-        else:
-            config = transformers.AutoConfig.for_model(source)
-    except (OSError, ValueError) as err:
-        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
-    if not folder.is_dir():
-        config, small = (config, {}) if full_size else _small_config(transformers, source, config)
-        hf_config = {"model_type": source, **small}
+    if folder.is_dir():
+        model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
+    config, hf_config = _starter_config(transformers, source, folder, full_size)
     if config.is_encoder_decoder:
         raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
                          "and its decoder with past as two models in one build is not supported yet: write a factory returning "
                          "model.get_encoder() (inputs input_ids, attention_mask) to deploy the encoder, or choose a decoder-only model")
     try:
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
+        model_class = model_class[0] if isinstance(model_class, tuple) else model_class  # funnel: (FunnelModel, FunnelBaseModel), as transformers picks
     except KeyError as err:
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
     try:
@@ -194,6 +186,22 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     if not full_size:  # a default config's model may not fit this machine: its user sizes it
         _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
     return tomlkit.dumps(document)
+
+
+def _starter_config(transformers: Any, source: str, folder: Path, full_size: bool) -> tuple[Any, dict[str, Any]]:
+    """The config of a save_pretrained folder, or of a model_type (init's small config unless
+    `full_size`) with the hf_config fields the profile writes for it."""
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder)) if folder.is_dir() else transformers.AutoConfig.for_model(source)
+    except (OSError, ValueError) as err:
+        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    except Exception as err:  # noqa: BLE001 - transformers' own validation of its default config
+        raise InputError(f"init --hf {source}: transformers cannot make its config ({type(err).__name__}: {_first_line(err)}); "
+                         "there is no default to start from: write its hf_config by hand") from err
+    if folder.is_dir():
+        return config, {}
+    config, small = (config, {}) if full_size else _small_config(transformers, source, config)
+    return config, {"model_type": source, **small}
 
 
 def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool) -> None:
