@@ -86,6 +86,7 @@ def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
     with pytest.raises(InputError) as refused:
         init_profile(tmp_path, "clip")
     assert str(refused.value).startswith("init --hf clip: ") and "\n" not in str(refused.value)
+    assert "it combines models (vision_config is clip_vision_model, text_config is clip_text_model)" in str(refused.value)
     made = run_cli("init", "--hf", "clip", "-o", str(tmp_path / "clip-cli.toml"))
     assert made.returncode == 2 and "Traceback" not in made.stderr and len(made.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "clip-cli.toml").exists()

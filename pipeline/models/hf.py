@@ -181,11 +181,19 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
         raise
     except Exception as err:  # noqa: BLE001 - transformers' config and model, not ours (a composite config has no num_channels, ...)
         raise InputError(f"init --hf {source}: cannot derive {model_class.__name__}'s inputs from its config ({type(err).__name__}: {_first_line(err)}); "
-                         "write its [[inputs]] by hand (see docs/models.md)") from err
+                         f"{_parts(config)}write its [[inputs]] by hand (see docs/models.md)") from err
     document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder)
     if not full_size:  # a default config's model may not fit this machine: its user sizes it
         _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
     return tomlkit.dumps(document)
+
+
+def _parts(config: Any) -> str:
+    """For a composite config (a vision-language model: text_config, vision_config): the model types
+    of its parts, which init writes profiles for one at a time."""
+    parts = {name: getattr(getattr(config, name, None), "model_type", None) for name in getattr(config, "sub_configs", None) or {}}
+    named = [f"{name} is {kind}" for name, kind in parts.items() if kind]
+    return f"it combines models ({', '.join(named)}): init --hf one of those, or " if named else ""
 
 
 def _starter_config(transformers: Any, source: str, folder: Path, full_size: bool) -> tuple[Any, dict[str, Any]]:
