@@ -173,7 +173,7 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     try:
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
         model_class = model_class[0] if isinstance(model_class, tuple) else model_class  # funnel: (FunnelModel, FunnelBaseModel), as transformers picks
-    except KeyError as err:
+    except (KeyError, ValueError) as err:  # ValueError: a class transformers maps but does not have (voxtral_realtime_text)
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
     try:
         dims, inputs, decoder = _starter_inputs(source, model_class, config, small=bool(hf_config) and not full_size)
