@@ -268,17 +268,22 @@ def _longest_sequence(model: Any, profile: Profile) -> int:
     return low
 
 
+# The small config's width and depth (under any config's names): never left at a default width.
+SIZE_KEYS = {"hidden_size", "num_hidden_layers", "n_embd", "d_model", "n_layer", "num_layers"}
+
+
 def _small_config(transformers: Any, model_type: str, default: Any) -> tuple[Any, dict[str, Any]]:
     """The model_type's config with init's small fields, and those fields. A field the config's
-    validation names is left at its default and the rest tried again; a refusal naming no field of
-    ours is one line."""
+    validation names is left at its default and the rest tried again, never the width or depth (a
+    default width is no small model: mamba2's forward took 10 GB); a refusal naming no other field
+    of ours is one line."""
     try:
         small = small_config_fields(default)
         for _ in range(len(small)):
             try:
                 return transformers.AutoConfig.for_model(model_type, **small), small
             except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
-                named = [key for key in small if key in str(err)]
+                named = [key for key in small if key in str(err) and key not in SIZE_KEYS]
                 if not named:
                     raise
                 small = {key: value for key, value in small.items() if key not in named}
