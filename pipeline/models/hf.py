@@ -21,7 +21,7 @@ from typing import Any
 
 import tomlkit
 
-from pipeline.core.errors import InputError, ProfileError, first_line
+from pipeline.core.errors import InputError, PipelineError, ProfileError, first_line
 from pipeline.core.modelsource import local_folder
 from pipeline.core.profiles import Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
@@ -163,28 +163,134 @@ def starter_profile(source: str, task: str, name: str, profile_folder: Path, ful
     transformers = _transformers(f"init --hf {source}", InputError)
     folder = Path(source).expanduser()
     model: dict[str, Any] = {"task": task, "seed": 0}
-    hf_config: dict[str, Any] = {}
-    try:
-        if folder.is_dir():
-            config = transformers.AutoConfig.from_pretrained(str(folder))
-            model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
-        else:
-            config = transformers.AutoConfig.for_model(source)
-            small = {} if full_size else small_config_fields(config)
-            config = transformers.AutoConfig.for_model(source, **small)
-            hf_config = {"model_type": source, **small}
-    except (OSError, ValueError) as err:
-        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    if folder.is_dir():
+        model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
+    config, hf_config = _starter_config(transformers, source, folder, full_size)
     if config.is_encoder_decoder:
         raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
                          "and its decoder with past as two models in one build is not supported yet: write a factory returning "
                          "model.get_encoder() (inputs input_ids, attention_mask) to deploy the encoder, or choose a decoder-only model")
     try:
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
-    except KeyError as err:
+        model_class = model_class[0] if isinstance(model_class, tuple) else model_class  # funnel: (FunnelModel, FunnelBaseModel), as transformers picks
+    except (KeyError, ValueError) as err:  # ValueError: a class transformers maps but does not have (voxtral_realtime_text)
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
-    dims, inputs, decoder = _starter_inputs(source, model_class, config)
-    return tomlkit.dumps(_starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder))
+    try:
+        dims, inputs, decoder = _starter_inputs(source, model_class, config, small=bool(hf_config) and not full_size)
+    except PipelineError:
+        raise
+    except Exception as err:  # noqa: BLE001 - transformers' config and model, not ours (a composite config has no num_channels, ...)
+        raise InputError(f"init --hf {source}: cannot derive {model_class.__name__}'s inputs from its config ({type(err).__name__}: {_first_line(err)}); "
+                         f"{_parts(config)}write its [[inputs]] by hand (see docs/models.md)") from err
+    document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder)
+    if not full_size:  # a default config's model may not fit this machine: its user sizes it
+        _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
+    return tomlkit.dumps(document)
+
+
+def _parts(config: Any) -> str:
+    """For a composite config (a vision-language model: text_config, vision_config): the model types
+    of its parts, which init writes profiles for one at a time."""
+    parts = {name: getattr(getattr(config, name, None), "model_type", None) for name in getattr(config, "sub_configs", None) or {}}
+    named = [f"{name} is {kind}" for name, kind in parts.items() if kind]
+    return f"it combines models ({', '.join(named)}): init --hf one of those, or " if named else ""
+
+
+def _starter_config(transformers: Any, source: str, folder: Path, full_size: bool) -> tuple[Any, dict[str, Any]]:
+    """The config of a save_pretrained folder, or of a model_type (init's small config unless
+    `full_size`) with the hf_config fields the profile writes for it."""
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder)) if folder.is_dir() else transformers.AutoConfig.for_model(source)
+    except (OSError, ValueError) as err:
+        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({_first_line(err)})") from err
+    except Exception as err:  # noqa: BLE001 - transformers' own validation of its default config
+        raise InputError(f"init --hf {source}: transformers cannot make its config ({type(err).__name__}: {_first_line(err)}); "
+                         "there is no default to start from: write its hf_config by hand") from err
+    if folder.is_dir():
+        return config, {}
+    config, small = (config, {}) if full_size else _small_config(transformers, source, config)
+    return config, {"model_type": source, **small}
+
+
+def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool) -> None:
+    """Build the model the starter profile describes and run it once on inputs at the profile's max
+    dims (a checkpoint's at batch 1): a profile `init` writes works. An encoder's seq max is first
+    lowered to the longest sequence the model takes, found by trying (xlm-roberta's positions start
+    after its padding index). A model that does not build or run is refused in one line."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    profile = Profile.model_validate({**document.unwrap(), "source": path})
+    model: Any = None
+    try:
+        model = load_hf_model(profile)
+        with torch.no_grad():
+            if not decoder and "seq" in profile.dims:
+                longest = _longest_sequence(model, profile)
+                if longest < profile.dims["seq"].max:
+                    seq = document["dims"]["seq"]
+                    seq["max"], seq["opt"], seq["min"] = longest, min(seq["opt"], longest), min(seq["min"], longest)
+                    seq.comment(f"the longest sequence {type(model).__name__} takes")
+                    profile = Profile.model_validate({**document.unwrap(), "source": path})
+            bound, export_profile = prepare(model, profile)
+            sizes = {"batch": 1} if checkpoint else None
+            bound(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=0, which="max", dims=sizes).values()))
+    except PipelineError as err:
+        raise InputError(f"init --hf {source}: {str(err).removeprefix(f'{path}: ')}") from err
+    except Exception as err:  # noqa: BLE001 - transformers' model, not ours: any failure is the model's limit
+        raise InputError(f"init --hf {source}: transformers' {type(model).__name__ if model is not None else 'model'} does not run on "
+                         f"the profile init would write ({type(err).__name__}: {_first_line(err)}); "
+                         "write its config and [[inputs]] by hand (see docs/models.md)") from err
+
+
+def _longest_sequence(model: Any, profile: Profile) -> int:
+    """The longest seq (<= dims.seq.max) the model runs at batch 1, bisected when seq max fails; seq max
+    when even seq min fails (the error is then not the length's, and the caller's run reports it)."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    def runs(seq: int) -> bool:
+        feeds = make_inputs(profile, seed=0, dims={"batch": 1, "seq": seq})
+        try:
+            model(**{name: torch.from_numpy(array) for name, array in feeds.items()})
+        except Exception:  # noqa: BLE001 - any failure: this length is not accepted
+            return False
+        return True
+
+    low, high = profile.dims["seq"].min, profile.dims["seq"].max
+    if runs(high) or not runs(low):
+        return high
+    while high - low > 1:  # low runs, high does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if runs(middle) else (low, middle)
+    return low
+
+
+# The small config's width and depth (under any config's names): never left at a default width.
+SIZE_KEYS = {"hidden_size", "num_hidden_layers", "n_embd", "d_model", "n_layer", "num_layers"}
+
+
+def _small_config(transformers: Any, model_type: str, default: Any) -> tuple[Any, dict[str, Any]]:
+    """The model_type's config with init's small fields, and those fields. A field the config's
+    validation names is left at its default and the rest tried again, never the width or depth (a
+    default width is no small model: mamba2's forward took 10 GB); a refusal naming no other field
+    of ours is one line."""
+    try:
+        small = small_config_fields(default)
+        for _ in range(len(small)):
+            try:
+                return transformers.AutoConfig.for_model(model_type, **small), small
+            except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
+                named = [key for key in small if key in str(err) and key not in SIZE_KEYS]
+                if not named:
+                    raise
+                small = {key: value for key, value in small.items() if key not in named}
+        return transformers.AutoConfig.for_model(model_type, **small), small
+    except Exception as err:  # noqa: BLE001 - as above; or a config that refuses global per-layer reads
+        raise InputError(f"init --hf {model_type}: its config does not take init's small sizes ({type(err).__name__}: {_first_line(err)}); "
+                         "there is no small config for it: write its hf_config by hand, or use --full-size") from err
 
 
 def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, decoder: bool):
@@ -217,8 +323,9 @@ def _table(values: dict[str, Any], comment: str = ""):
     return table
 
 
-def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, list[tuple[dict, str]], bool]:
-    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache."""
+def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> tuple[dict, list[tuple[dict, str]], bool]:
+    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache
+    (`small`: init's small config)."""
     accepted = inspect.signature(model_class.forward).parameters
     if "pixel_values" in accepted:
         size = getattr(config, "image_size", 224)
@@ -227,7 +334,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, l
         return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
     if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
-    decoder = _returns_cache(model_class, config)
+    decoder = _returns_cache(model_class, config, small)
     positions = max_positions(config) or 512
     longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
     dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
@@ -241,13 +348,21 @@ def _starter_inputs(source: str, model_class: Any, config: Any) -> tuple[dict, l
     return dims, inputs, decoder
 
 
-def _returns_cache(model_class: Any, config: Any) -> bool:
-    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device: no memory, any size."""
+# A small config's model with at most this many parameters is tried on the CPU, not the meta device.
+CPU_TRY_PARAMETERS = 50_000_000
+
+
+def _returns_cache(model_class: Any, config: Any, small: bool) -> bool:
+    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device (no memory,
+    any size), or for a small config on the CPU: a forward meta tensors cannot run (a MoE's routing)
+    would read as no cache."""
     import torch
 
     if "past_key_values" not in inspect.signature(model_class.forward).parameters:
         return False
     with torch.device("meta"):
+        model = model_class(config)
+    if small and sum(p.numel() for p in model.parameters()) <= CPU_TRY_PARAMETERS:
         model = model_class(config)
     return returns_cache(model)
 

@@ -30,19 +30,75 @@ SMALL_CONFIG = {
 }
 
 
-def small_config_fields(config: Any) -> dict[str, int]:
-    """SMALL_CONFIG's keys that `config` has, under the config's own names (GPT-2: n_embd, n_layer, ...)."""
+# The small config's stage count (a CNN's or hierarchical transformer's per-stage lists are cut to it),
+# the same as its layer count; its largest image side (a checkpoint folder keeps its own).
+SMALL_STAGES = SMALL_CONFIG["num_hidden_layers"]
+SMALL_IMAGE = 224
+# List fields a config computes from the others (from depths, num_hidden_layers): never written.
+DERIVED_LISTS = {"stage_names", "out_features", "out_indices", "attention_layers"}
+
+
+def small_config_fields(config: Any) -> dict[str, Any]:
+    """The fields `init --hf MODEL_TYPE` writes to make `config` small, under the config's own names
+    (GPT-2: n_embd, n_layer, ...): SMALL_CONFIG's keys it has (a key it holds as a per-stage list
+    keeps the list), its per-stage and per-layer lists cut to SMALL_STAGES entries (depths to 1 block
+    each), rotary dims within the head, images within SMALL_IMAGE, special tokens within the vocabulary."""
+    defaults = config.to_dict()
     reverse = {standard: own for own, standard in getattr(config, "attribute_map", {}).items()}
     names = {key: reverse.get(key, key) for key in SMALL_CONFIG}
-    fields = {names[key]: value for key, value in SMALL_CONFIG.items() if hasattr(config, key)}
+    fields: dict[str, Any] = {names[key]: value for key, value in SMALL_CONFIG.items() if hasattr(config, key)
+                              and not isinstance(getattr(config, key), (list, tuple))  # a per-stage list: cut below
+                              and not isinstance(getattr(type(config), names[key], None), property)}  # computed (falcon's head_dim)
     if getattr(config, "num_key_value_heads", None) is None:  # a model without GQA takes no such key
         fields.pop(names["num_key_value_heads"], None)
+    fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
+    head_dim = SMALL_CONFIG["hidden_size"] // SMALL_CONFIG["num_attention_heads"]
+    for key, value in defaults.items():
+        if _is_head_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:
+            fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head; deepseek's qk_rope_head_dim
+        if key == "image_size" and _largest_side(value) > SMALL_IMAGE:
+            fields[key] = SMALL_IMAGE if isinstance(value, int) else [SMALL_IMAGE] * len(value)
     vocab = SMALL_CONFIG["vocab_size"]
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # special tokens stay inside the smaller vocabulary
         value = getattr(config, key, None)
         if isinstance(value, int) and value >= vocab:
             fields[key] = vocab - 1
     return fields
+
+
+def _shorter_lists(defaults: dict[str, Any], layers: Any) -> dict[str, Any]:
+    """Per-stage lists (those sharing the length of `depths`, or of most flat lists) and per-layer
+    lists (as long as the layer count) cut to SMALL_STAGES entries; depths to one block per stage;
+    run-length layer patterns ([[pattern, repeats]], gpt_neo's attention_types) to cover as many layers."""
+    flat = {key: value for key, value in defaults.items() if isinstance(value, list) and len(value) > SMALL_STAGES
+            and key not in DERIVED_LISTS and all(isinstance(v, (int, float, str)) for v in value)}
+    lengths = [len(value) for value in flat.values()]
+    stages = len(defaults["depths"]) if isinstance(defaults.get("depths"), list) else max(set(lengths), key=lengths.count, default=0)
+    shorter: dict[str, Any] = {}
+    for key, value in flat.items():
+        if len(value) in (stages, layers) and (len(value) == layers or lengths.count(stages) > 1 or key == "depths"):
+            cut = value[:SMALL_STAGES]
+            shorter[key] = [min(v, 1) for v in cut] if "depth" in key or "repeats" in key else cut
+    for key, value in defaults.items():
+        if isinstance(value, list) and value and all(_is_run(run) for run in value):
+            pattern = value[0][0]
+            shorter[key] = [[pattern, -(-SMALL_STAGES // len(pattern))]]
+    return shorter
+
+
+def _is_head_width(key: str) -> bool:
+    """A per-head width other than head_dim: rotary_dim, qk_rope_head_dim, v_head_dim, ..."""
+    return key != "head_dim" and (key.endswith("head_dim") or ("rotary" in key or "rope" in key) and key.endswith("_dim"))
+
+
+def _is_run(run: Any) -> bool:
+    return isinstance(run, list) and len(run) == 2 and isinstance(run[0], list) and isinstance(run[1], int)
+
+
+def _largest_side(value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    return max(value) if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value) else 0
 
 
 def count_parameters(auto_class: Any, config: Any) -> int:

@@ -1,0 +1,129 @@
+"""`init --hf MODEL_TYPE` writes a config the architecture accepts (issue 38): per-stage and per-layer
+lists cut together, rotary dims within the head, seq max within the positions the model takes; the
+model is built and run before the profile is written, and one that does not run is refused in one
+line. The sweep over every model type (bench/hf_sweep.py) runs here on a fixed sample."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, run_cli
+
+from pipeline.core.errors import InputError
+from pipeline.core.profiles import load_profile
+from pipeline.core.samples import make_inputs
+
+pytest.importorskip("transformers")
+import torch  # noqa: E402
+
+
+def init_profile(tmp_path, model_type: str, task: str = "base"):
+    from pipeline.models.hf import starter_profile
+
+    path = tmp_path / f"{model_type}.toml"
+    path.write_text(starter_profile(model_type, task, model_type, tmp_path))
+    return load_profile(str(path))
+
+
+def runs_at_max(profile) -> None:
+    """The model the written profile describes, built anew, runs on inputs at the profile's max dims."""
+    from pipeline.models.decoder import prepare
+    from pipeline.models.hf import load_hf_model
+
+    model, export_profile = prepare(load_hf_model(profile), profile)
+    with torch.no_grad():
+        model(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=3, which="max").values()))
+
+
+@pytest.mark.parametrize(
+    ("model_type", "expected"),
+    [
+        ("gpt_neo", {"num_layers": 2, "attention_layers": ["global", "local"]}),  # the default's 12 runs of 2: 24 layers
+        ("segformer", {"num_encoder_blocks": 2, "depths": [1, 1], "hidden_sizes": [32, 64], "num_attention_heads": [1, 2], "sr_ratios": [8, 4]}),
+        ("gptj", {"n_embd": 64, "n_head": 4, "rotary_dim": 16}),  # 64 by default: wider than a head of 16
+        ("convnext", {"num_stages": 2, "hidden_sizes": [96, 192], "depths": [1, 1], "out_features": ["stage2"]}),
+        ("swin", {"num_layers": 2, "depths": [1, 1], "num_heads": [3, 6]}),  # one head count per stage, not init's 4
+    ],
+)
+def test_init_cuts_per_stage_and_per_layer_fields_together(tmp_path, model_type, expected):
+    from transformers import AutoConfig
+
+    profile = init_profile(tmp_path, model_type)
+    fields = dict(profile.model.hf_config)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    assert {key: getattr(config, key) for key in expected} == expected
+    runs_at_max(profile)
+
+
+@pytest.mark.parametrize("model_type", ["xlm-roberta", "mpnet"])
+def test_init_seq_max_is_the_longest_the_model_takes(tmp_path, model_type):
+    """Their positions start after the padding index (1): 256 positions hold 254 tokens, found by trying."""
+    profile = init_profile(tmp_path, model_type)
+    assert profile.model.hf_config["max_position_embeddings"] == 256 and profile.dims["seq"].max == 254
+    assert "the longest sequence" in (tmp_path / f"{model_type}.toml").read_text()
+    runs_at_max(profile)
+
+
+def test_init_caps_the_image_of_a_small_config_and_its_export_runs(tmp_path):
+    """EfficientNet's default 600x600 becomes 224 in the small config; a convnext profile exports."""
+    from transformers import AutoConfig
+
+    from pipeline.export import export_model
+    from pipeline.models.size import small_config_fields
+
+    assert small_config_fields(AutoConfig.for_model("efficientnet"))["image_size"] == 224
+    profile = init_profile(tmp_path, "convnext")
+    assert [s.shape for s in profile.inputs] == [["batch", 3, 224, 224]]
+    result = export_model(profile, tmp_path / "m.onnx", exporter="torchscript")
+    assert result.outputs == ["last_hidden_state", "pooler_output"]
+
+
+def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
+    """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
+    with pytest.raises(InputError) as refused:
+        init_profile(tmp_path, "clip")
+    assert str(refused.value).startswith("init --hf clip: ") and "\n" not in str(refused.value)
+    assert "it combines models (vision_config is clip_vision_model, text_config is clip_text_model)" in str(refused.value)
+    made = run_cli("init", "--hf", "clip", "-o", str(tmp_path / "clip-cli.toml"))
+    assert made.returncode == 2 and "Traceback" not in made.stderr and len(made.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "clip-cli.toml").exists()
+
+
+# ---------------------------------------------------------------- the sweep (bench/hf_sweep.py)
+
+
+def sweep_module():
+    spec = importlib.util.spec_from_file_location("bench_hf_sweep", REPO / "bench" / "hf_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sweep_sample_inits_and_exports(tmp_path):
+    """CI's sample of the sweep: init and build --until export as a user runs them; no internal error."""
+    results = tmp_path / "sweep.json"
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "hf_sweep.py"), "--types", "gptj,xlm-roberta", "--until", "export",
+                          "--results", str(results)], cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr
+    runs = json.loads(results.read_text())["runs"]
+    assert sorted(runs) == ["gptj", "xlm-roberta"]
+    for model_type, record in runs.items():
+        assert record["init"]["status"] == "ok", (model_type, record["init"]["line"])
+        assert record["build"]["status"] == "ok" and record["build"]["stages"]["export"]["status"] == "done", (model_type, record["build"])
+        assert "max_abs_diff=" in record["build"]["stages"]["export"]["line"]
+
+
+def test_the_sweep_covers_every_type_a_task_maps_and_docs_show_the_recorded_results():
+    import transformers
+
+    sweep = sweep_module()
+    types = sweep.model_types()
+    assert types["bert"] == "base" and types["gpt2"] == "base" and len(types) > 500
+    results = json.loads(sweep.RESULTS.read_text())
+    assert results["transformers"] == transformers.__version__ and results["types_supported"] == len(types)
+    assert not [t for t, r in results["runs"].items() if r["init"]["status"] == "internal"], "init: no internal error on any type"
+    text = (REPO / "docs" / "models.md").read_text()
+    assert text[text.index(sweep.START) + len(sweep.START): text.index(sweep.END)] == "\n" + sweep.table(results)
