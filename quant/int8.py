@@ -42,7 +42,9 @@ def quantize_int8(
     calibration_method: str = "entropy",
     max_sequence: int | None = None,
     on_step: Callable[[int, int], None] = lambda done, total: None,
+    nodes_to_exclude: list[str] | None = None,
 ) -> Int8Result:
+    """Q/DQ `source` into `target`; `nodes_to_exclude`: regular expressions of nodes left unquantized, besides the preset's."""
     import onnx
 
     from pipeline.core.onnxfile import load_onnx
@@ -65,7 +67,7 @@ def quantize_int8(
         quantize_mode="int8", calibration_data_reader=calibration_reader(feeds, on_step),
         calibration_method=calibration_method, high_precision_dtype=high_precision_dtype,
         op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
-        nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,
+        nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *(nodes_to_exclude or [])] or None,
     )
     del source_model
     removed = apply_preset(preset, model)

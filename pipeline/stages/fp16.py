@@ -32,7 +32,7 @@ def run_fp16(job: Job) -> StageResult:
     batches, checks, feeds = shared.held_out(profile), shared.shape_checks(profile), autocast_feeds(profile)
     with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
-        started = time.perf_counter()
+        started = repair.start_clock("modelopt.onnx.autocast")
         result = convert(q, source, tmp, checks, log, feeds)
         # the session that ran the shape checks
         figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
@@ -47,18 +47,18 @@ def run_fp16(job: Job) -> StageResult:
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": q.min_cosine_fp16, **({"generation": generation} if generation else {}),
-               **({"repair": found.metrics("quant.fp16_exclude_nodes")} if found is not None and found.passed is not None else {})}
+               **repair.recorded(found, "quant.fp16_exclude_nodes")}
     predicted, prediction = shared.predicted_engine(job, "fp16", target)
     return StageResult({"onnx": target, **predicted, **shared.log_output(job.out / "fp16.log")}, metrics | prediction)
 
 
-def shape_checked(result, model: Path, checks: list[dict]):
+def shape_checked(result, model: Path, checks: list[dict], stage: str = "fp16"):
     """`result` (a repair's trial, converted unchecked) once its model has run at the shape checks."""
     import dataclasses
 
     from quant.fp16 import check_runs
 
-    session, checked = check_runs(model, checks, "fp16")
+    session, checked = check_runs(model, checks, stage)
     return dataclasses.replace(result, session=session, checked_shapes=checked)
 
 
@@ -80,6 +80,6 @@ STAGE = Stage(
            *GENERATION_READS, "quant.min_token_agreement_fp16", "repair"),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: (f"cosine_centered={m['accuracy']['cosine_centered']:.5f}, max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}"
-                          f"{shared.predicted_line(m)}{repair.stage_note(m, 'FP32')}"),
+    key_metric=lambda m: (f"{repair.stage_note(m, 'FP32')}cosine_centered={m['accuracy']['cosine_centered']:.5f}, "
+                          f"max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}{shared.predicted_line(m)}"),
 )

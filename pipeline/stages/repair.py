@@ -41,6 +41,7 @@ class Repair:
 
     kept: tuple[str, ...]
     why: str
+    kept_compute: int  # of `kept`, the compute nodes (a Constant kept with its readers is not one)
     compute_nodes: int
     trials: int
     search_seconds: float
@@ -48,11 +49,19 @@ class Repair:
     passed: Trial | None  # None: no set within MAX_SHARE passes
 
     def metrics(self, profile_key: str) -> dict[str, Any]:
-        return {"kept": list(self.kept), "why": self.why, "compute_nodes": self.compute_nodes,
-                "kept_share": round(len(self.kept) / max(1, self.compute_nodes), 4), "trials": self.trials,
+        return {"kept": list(self.kept), "why": self.why, "kept_compute_nodes": self.kept_compute, "compute_nodes": self.compute_nodes,
+                "kept_share": round(self.kept_compute / max(1, self.compute_nodes), 4), "trials": self.trials,
                 "search_seconds": round(self.search_seconds, 3), "attempt_seconds": round(self.attempt_seconds, 3),
                 "cost_vs_attempt": round(self.search_seconds / max(self.attempt_seconds, 1e-9), 2),
                 "profile_key": profile_key, "pin": pin_line(profile_key, self.kept)}
+
+
+def start_clock(library: str) -> float:
+    """The time the stage's attempt starts, `library` (the conversion's) imported first: the import is no part of what a trial repeats."""
+    import importlib
+
+    importlib.import_module(library)
+    return time.perf_counter()
 
 
 def pin_line(profile_key: str, kept: tuple[str, ...]) -> str:
@@ -65,9 +74,9 @@ def pin_line(profile_key: str, kept: tuple[str, ...]) -> str:
     return f"[{section}] {key} = {json.dumps(exact_names(kept))}"
 
 
-def compute_nodes(model) -> int:
-    """The nodes of `model` that compute (not constants, shapes, casts, Q/DQ)."""
-    return sum(1 for node in model.graph.node if node.op_type not in NOT_COMPUTE)
+def compute_nodes(model) -> frozenset[str]:
+    """The names of the nodes of `model` that compute (not constants, shapes, casts, Q/DQ)."""
+    return frozenset(node.name for node in model.graph.node if node.op_type not in NOT_COMPUTE)
 
 
 def ranked_nodes(reference: Path, candidate: Path, feeds: dict[str, np.ndarray], workdir: Path) -> tuple[list[tuple[str, ...]], str]:
@@ -100,12 +109,17 @@ def _kept(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[list[tuple[str, ...]], str]],
-           trial: Callable[[tuple[str, ...]], Trial], total: int) -> Repair:
-    """The fewest of the ranked groups whose trial passes (doubling, then bisection), at most MAX_SHARE of `total` nodes."""
+           trial: Callable[[tuple[str, ...]], Trial], compute: frozenset[str]) -> Repair:
+    """The fewest of the ranked groups whose trial passes (doubling, then bisection), at most MAX_SHARE of the `compute` nodes
+    (at least one)."""
     started = time.perf_counter()
     ranked, why = rank(attempt.model)
-    limit = max(1, int(MAX_SHARE * total))
-    fits = [k for k in range(1, len(ranked) + 1) if len(_kept(ranked[:k])) <= limit]
+    limit = max(1, int(MAX_SHARE * len(compute)))
+
+    def fitting(groups: list[tuple[str, ...]]) -> list[int]:
+        return [k for k in range(1, len(groups) + 1) if len(compute.intersection(_kept(groups[:k]))) <= limit]
+
+    fits = fitting(ranked)
     failed, passed, trials, k = 0, None, 0, 1
     while fits and k <= fits[-1]:
         result = trial(_kept(ranked[:k]))
@@ -116,7 +130,7 @@ def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[
         failed = k
         if math.isnan(result.figures["cosine_centered"]):  # still an overflow: where, now that these are kept
             ranked = [*ranked[:k], *[g for g in rank(result.model)[0] if not set(g) <= set(result.kept)]]
-            fits = [n for n in range(1, len(ranked) + 1) if len(_kept(ranked[:n])) <= limit]
+            fits = fitting(ranked)
         if not fits or k >= fits[-1]:
             break
         k = min(2 * k, fits[-1])
@@ -130,7 +144,7 @@ def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[
         else:
             failed = middle
     kept = passed.kept if passed else _kept(ranked[:fits[-1]] if fits else [])
-    return Repair(kept, why, total, trials, time.perf_counter() - started, attempt_seconds, passed)
+    return Repair(kept, why, len(compute.intersection(kept)), len(compute), trials, time.perf_counter() - started, attempt_seconds, passed)
 
 
 def ranking(reference: Path, batches: list[dict[str, np.ndarray]], workdir: Path) -> Callable[[Path], tuple[list[tuple[str, ...]], str]]:
@@ -175,14 +189,19 @@ def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum
     return found
 
 
+def recorded(found: Repair | None, profile_key: str) -> dict[str, Any]:
+    """The manifest's `repair` metrics, when a repair passed the gate."""
+    return {"repair": found.metrics(profile_key)} if found is not None and found.passed is not None else {}
+
+
 def stage_note(metrics: dict[str, Any], label: str) -> str:
-    """The stage line's `, 3 nodes kept in FP32: a, b, c (why); pin: [quant] ...` when the repair kept any."""
+    """The stage line's `3 nodes kept in FP32: a, b, c (why; pin: [quant] ...); ` when the repair kept any."""
     fix = metrics.get("repair")
     if not fix:
         return ""
     kept = fix["kept"]
     shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-    return f"; {len(kept)} node{'s' * (len(kept) != 1)} kept in {label}: {shown} ({fix['why']}); pin it in the profile: {fix['pin']}"
+    return f"{len(kept)} node{'s' * (len(kept) != 1)} kept in {label}: {shown} ({fix['why']}; pin: {fix['pin']}); "
 
 
 def failed_note(found: Repair | None, label: str) -> str:
@@ -191,5 +210,5 @@ def failed_note(found: Repair | None, label: str) -> str:
         return ""
     if not found.kept:
         return " (repair: no node adds error in the per-node comparison, so none to keep)"
-    return (f" (repair: keeping the {len(found.kept)} nodes where the error grows most in {label}, {MAX_SHARE:.0%} of the "
+    return (f" (repair: keeping the {found.kept_compute} nodes where the error grows most in {label}, {MAX_SHARE:.0%} of the "
             f"{found.compute_nodes} compute nodes, does not pass either)")
