@@ -96,6 +96,35 @@ def test_no_repair_without_a_repairable_precision_is_bad_input(overflow):
                                      "does not run; add --fp16, --int8 or --bf16, or drop --no-repair")
 
 
+def outlier_model(path: Path) -> None:
+    """x @ w1 @ w2 @ w3 (a ReLU before the last): w1 makes one channel 10^4 times the others, so the per-tensor INT8 scale of
+    the second MatMul's input leaves the other channels at zero; that channel does not reach the output (w2's row is 0)."""
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (rng.normal(size=(32, 32)).astype(np.float32) for _ in range(3))
+    w1[:, 0] *= 1e4
+    w2[0, :] = 0
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="first"), helper.make_node("MatMul", ["a", "w2"], ["b"], name="second"),
+             helper.make_node("Relu", ["b"], ["c"], name="relu"), helper.make_node("MatMul", ["c", "w3"], ["out"], name="third")]
+    graph = helper.make_graph(nodes, "outlier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 32])],
+                              [numpy_helper.from_array(w, name) for w, name in ((w1, "w1"), (w2, "w2"), (w3, "w3"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_a_failed_int8_gate_leaves_the_node_with_the_outlier_input_unquantized(tmp_path):
+    outlier_model(tmp_path / "model.onnx")
+    write_profile(tmp_path, PROFILE.replace("8]", "32]") + "samples = 8\n")
+    result = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("int8"))
+    assert "1 node kept unquantized: second (largest error growth at second (MatMul)" in line
+    assert '[quant] int8_exclude_nodes = ["second$"]' in line
+    plain = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "plain", "--no-repair", cwd=tmp_path)
+    assert plain.returncode == 1 and "int8: accuracy below the gate" in plain.stderr and "int8_exclude_nodes" in plain.stderr
+
+
 def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], compute: int = 200):
     """search() with trials that pass once every node of `needed` is kept; the trials tried, in order."""
     tried = []

@@ -42,7 +42,7 @@ def run_bf16(job: Job) -> StageResult:
                 lambda converted, path: shared.accuracy(converted.session, reference, batches, q.accuracy_samples, "BF16", job.status))
             if found is not None and found.passed is not None:
                 result, figures = shape_checked(found.passed.result, tmp, checks, "bf16"), found.passed.figures
-            shared.gate("bf16", figures, q.min_cosine_bf16, "exclude sensitive nodes ([quant] fp16_exclude_nodes)" + repair.failed_note(found, "FP32"))
+            shared.gate("bf16", figures, q.min_cosine_bf16, "exclude sensitive nodes ([quant] fp16_exclude_nodes)" + repair.failed_note(found, "in FP32"))
         else:
             figures = {"not_compared": result.unchecked}
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
@@ -63,7 +63,7 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
 def _summary(m: dict) -> str:
     figures = m["accuracy"]
     if "cosine_centered" in figures:
-        return f"{repair.stage_note(m, 'FP32')}cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
+        return f"{repair.stage_note(m, 'in FP32')}cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
     return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}"
 
 

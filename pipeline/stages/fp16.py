@@ -42,7 +42,7 @@ def run_fp16(job: Job) -> StageResult:
             lambda converted, path: shared.accuracy(converted.session, reference, batches, q.accuracy_samples, "FP16", job.status))
         if found is not None and found.passed is not None:
             result, figures = shape_checked(found.passed.result, tmp, checks), found.passed.figures
-        shared.gate("fp16", figures, q.min_cosine_fp16, shared.fp16_gate_hint(source, profile) + repair.failed_note(found, "FP32"))
+        shared.gate("fp16", figures, q.min_cosine_fp16, shared.fp16_gate_hint(source, profile) + repair.failed_note(found, "in FP32"))
         generation = generation_figures(job, result.session, "fp16")
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
@@ -80,6 +80,6 @@ STAGE = Stage(
            *GENERATION_READS, "quant.min_token_agreement_fp16", "repair"),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: (f"{repair.stage_note(m, 'FP32')}cosine_centered={m['accuracy']['cosine_centered']:.5f}, "
+    key_metric=lambda m: (f"{repair.stage_note(m, 'in FP32')}cosine_centered={m['accuracy']['cosine_centered']:.5f}, "
                           f"max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}{shared.predicted_line(m)}"),
 )

@@ -85,7 +85,7 @@ def run_int8(job: Job) -> StageResult:
             result, figures = found.passed.result, found.passed.figures
         lint = findings_json(result.findings)
         shared.gate("int8", figures, q.min_cosine_int8, "exclude sensitive nodes ([quant] int8_exclude_nodes), try another preset or more "
-                    "calibration data" + repair.failed_note(found, "float"))
+                    "calibration data" + repair.failed_note(found, "unquantized"))
         generation = generation_figures(job, tmp, "int8")
     write_json(job.out / "int8.lint.json", lint)
     metrics = {
@@ -127,6 +127,6 @@ STAGE = Stage(
     reads=tuple(dict.fromkeys((*QUANTIZE_READS, *shared.HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8", "repair"))),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: (f"{repair.stage_note(m, 'float')}{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {shared.lint_count(m)}"
+    key_metric=lambda m: (f"{repair.stage_note(m, 'unquantized')}{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {shared.lint_count(m)}"
                           f"{tokens_note(m)}{shared.predicted_line(m)}"),
 )

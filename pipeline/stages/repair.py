@@ -194,21 +194,21 @@ def recorded(found: Repair | None, profile_key: str) -> dict[str, Any]:
     return {"repair": found.metrics(profile_key)} if found is not None and found.passed is not None else {}
 
 
-def stage_note(metrics: dict[str, Any], label: str) -> str:
-    """The stage line's `3 nodes kept in FP32: a, b, c (why; pin: [quant] ...); ` when the repair kept any."""
+def stage_note(metrics: dict[str, Any], kept_as: str) -> str:
+    """The stage line's `3 nodes kept in FP32: a, b, c (why; pin: [quant] ...); ` when the repair kept any (`kept_as`: "in FP32")."""
     fix = metrics.get("repair")
     if not fix:
         return ""
     kept = fix["kept"]
     shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-    return f"{len(kept)} node{'s' * (len(kept) != 1)} kept in {label}: {shown} ({fix['why']}; pin: {fix['pin']}); "
+    return f"{len(kept)} node{'s' * (len(kept) != 1)} kept {kept_as}: {shown} ({fix['why']}; pin: {fix['pin']}); "
 
 
-def failed_note(found: Repair | None, label: str) -> str:
+def failed_note(found: Repair | None, kept_as: str) -> str:
     """What the gate's message adds when the search found no set within MAX_SHARE."""
     if found is None or found.passed is not None:
         return ""
     if not found.kept:
         return " (repair: no node adds error in the per-node comparison, so none to keep)"
-    return (f" (repair: keeping the {found.kept_compute} nodes where the error grows most in {label}, {MAX_SHARE:.0%} of the "
+    return (f" (repair: keeping the {found.kept_compute} nodes where the error grows most {kept_as}, {MAX_SHARE:.0%} of the "
             f"{found.compute_nodes} compute nodes, does not pass either)")
