@@ -166,6 +166,7 @@ def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum
     """The search, when `first` (the stage's attempt, its model at `first.model`) fails the gate and repair is on (None
     otherwise). A trial is `convert_kept(kept, path)` (the stage's conversion with `kept` too) and `figures_of(result, path)`
     (its accuracy); the trial that passes replaces `first.model`."""
+    import itertools
     import os
     import tempfile
 
@@ -174,9 +175,10 @@ def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum
     if first.passed or not job.settings.repair:
         return None
     job.status("accuracy below the gate: searching for the nodes to keep in higher precision")
+    numbers = itertools.count(1)
 
     def trial(kept: tuple[str, ...]) -> Trial:
-        path = Path(folder) / f"trial.{len(kept)}.onnx"
+        path = Path(folder) / f"trial.{next(numbers)}.onnx"
         job.status(f"repair: trying with {len(kept)} node{'s' * (len(kept) != 1)} kept in higher precision")
         result = convert_kept(kept, path)
         figures = figures_of(result, path)
