@@ -47,13 +47,14 @@ class Repair:
     search_seconds: float
     attempt_seconds: float  # the failed attempt: the conversion and its gate check
     passed: Trial | None  # None: no set within MAX_SHARE passes
+    tried: tuple[tuple[int, float], ...] = ()  # (nodes kept, cosine_centered) of each trial, in order
 
     def metrics(self, profile_key: str) -> dict[str, Any]:
         return {"kept": list(self.kept), "why": self.why, "kept_compute_nodes": self.kept_compute, "compute_nodes": self.compute_nodes,
                 "kept_share": round(self.kept_compute / max(1, self.compute_nodes), 4), "trials": self.trials,
                 "search_seconds": round(self.search_seconds, 3), "attempt_seconds": round(self.attempt_seconds, 3),
                 "cost_vs_attempt": round(self.search_seconds / max(self.attempt_seconds, 1e-9), 2),
-                "profile_key": profile_key, "pin": pin_line(profile_key, self.kept)}
+                "tried": [list(t) for t in self.tried], "profile_key": profile_key, "pin": pin_line(profile_key, self.kept)}
 
 
 def start_clock(library: str) -> float:
@@ -120,10 +121,15 @@ def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[
         return [k for k in range(1, len(groups) + 1) if len(compute.intersection(_kept(groups[:k]))) <= limit]
 
     fits = fitting(ranked)
-    failed, passed, trials, k = 0, None, 0, 1
+    failed, passed, tried, k = 0, None, [], 1
+
+    def run(kept: tuple[str, ...]) -> Trial:
+        result = trial(kept)
+        tried.append((len(kept), result.figures["cosine_centered"]))
+        return result
+
     while fits and k <= fits[-1]:
-        result = trial(_kept(ranked[:k]))
-        trials += 1
+        result = run(_kept(ranked[:k]))
         if result.passed:
             passed = result
             break
@@ -137,14 +143,14 @@ def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[
     passed_at = k
     while passed is not None and passed_at - failed > 1:
         middle = (failed + passed_at) // 2
-        result = trial(_kept(ranked[:middle]))
-        trials += 1
+        result = run(_kept(ranked[:middle]))
         if result.passed:
             passed, passed_at = result, middle
         else:
             failed = middle
     kept = passed.kept if passed else _kept(ranked[:fits[-1]] if fits else [])
-    return Repair(kept, why, len(compute.intersection(kept)), len(compute), trials, time.perf_counter() - started, attempt_seconds, passed)
+    return Repair(kept, why, len(compute.intersection(kept)), len(compute), len(tried), time.perf_counter() - started, attempt_seconds, passed,
+                  tuple(tried))
 
 
 def ranking(reference: Path, batches: list[dict[str, np.ndarray]], workdir: Path) -> Callable[[Path], tuple[list[tuple[str, ...]], str]]:
@@ -213,4 +219,5 @@ def failed_note(found: Repair | None, kept_as: str) -> str:
     if not found.kept:
         return " (repair: no node adds error in the per-node comparison, so none to keep)"
     return (f" (repair: keeping the {found.kept_compute} nodes where the error grows most {kept_as}, {MAX_SHARE:.0%} of the "
-            f"{found.compute_nodes} compute nodes, does not pass either)")
+            f"{found.compute_nodes} compute nodes, does not pass either: cosine_centered "
+            f"{', '.join(f'{cosine:.5f} with {kept}' for kept, cosine in found.tried)})")
