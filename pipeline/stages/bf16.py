@@ -32,7 +32,7 @@ def run_bf16(job: Job) -> StageResult:
     batches, checks, found = shared.held_out(profile), shared.shape_checks(profile), None
     with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to BF16 with ModelOpt AutoCast")
-        started = repair.start_clock("modelopt.onnx.autocast")
+        started = repair.start_clock("modelopt.onnx.autocast", log)
         result = convert(q, source, tmp, checks, log)
         if result.session is not None:
             figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)

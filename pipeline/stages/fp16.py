@@ -32,7 +32,7 @@ def run_fp16(job: Job) -> StageResult:
     batches, checks, feeds = shared.held_out(profile), shared.shape_checks(profile), autocast_feeds(profile)
     with shared.fp32_reference(job, batches) as reference, atomic_path(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
-        started = repair.start_clock("modelopt.onnx.autocast")
+        started = repair.start_clock("modelopt.onnx.autocast", log)
         result = convert(q, source, tmp, checks, log, feeds)
         # the session that ran the shape checks
         figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)

@@ -74,7 +74,7 @@ def run_int8(job: Job) -> StageResult:
     batches, kind = held_out_int8(s.profile, source)
     log = job.out / "int8.log"
     with shared.fp32_reference(job, batches, kind) as reference, atomic_path(target) as tmp:
-        started = repair.start_clock("modelopt.onnx.quantization")
+        started = repair.start_clock("modelopt.onnx.quantization", log)
         result, origin = quantize(s.profile, s.calib, source, tmp, log, on_step=step)
         figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
         found = repair.repair_gate(

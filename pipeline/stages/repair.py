@@ -57,11 +57,16 @@ class Repair:
                 "tried": [list(t) for t in self.tried], "profile_key": profile_key, "pin": pin_line(profile_key, self.kept)}
 
 
-def start_clock(library: str) -> float:
-    """The time the stage's attempt starts, `library` (the conversion's) imported first: the import is no part of what a trial repeats."""
+def start_clock(library: str, log: Path) -> float:
+    """The time the stage's attempt starts, `library` (the conversion's) imported first: the import is no part of what a
+    trial repeats. It is imported with its output going to the stage's `log`, as the conversion would (ModelOpt binds its
+    log handler to the stdout of the moment it is imported)."""
     import importlib
 
-    importlib.import_module(library)
+    from pipeline.core.quiet import captured
+
+    with captured(log):
+        importlib.import_module(library)
     return time.perf_counter()
 
 
