@@ -54,7 +54,8 @@ class Repair:
                 "kept_share": round(self.kept_compute / max(1, self.compute_nodes), 4), "trials": self.trials,
                 "search_seconds": round(self.search_seconds, 3), "attempt_seconds": round(self.attempt_seconds, 3),
                 "cost_vs_attempt": round(self.search_seconds / max(self.attempt_seconds, 1e-9), 2),
-                "tried": [list(t) for t in self.tried], "profile_key": profile_key, "pin": pin_line(profile_key, self.kept)}
+                "tried": [[kept, None if math.isnan(cosine) else cosine] for kept, cosine in self.tried],
+                "profile_key": profile_key, "pin": pin_line(profile_key, self.kept)}
 
 
 def start_clock(library: str, log: Path) -> float:
