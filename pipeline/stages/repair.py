@@ -233,6 +233,7 @@ def failed_note(found: Repair | None, kept_as: str) -> str:
         return ""
     if not found.kept:
         return " (repair: no node adds error in the per-node comparison, so none to keep)"
-    return (f" (repair: keeping up to {found.kept_compute} of the nodes where the error grows most {kept_as} ({MAX_SHARE:.0%} of the "
-            f"{found.compute_nodes} compute nodes at most) does not pass either: cosine_centered "
-            f"{', '.join(f'{cosine:.5f} with {kept}' for kept, cosine in found.tried)})")
+    return (f" (repair: keeping {kept_as} the nodes where the error grows most does not pass: cosine_centered "
+            f"{', '.join(f'{cosine:.5f} with {kept}' for kept, cosine in found.tried)}; at most {found.kept_compute} nodes, "
+            f"{MAX_SHARE:.0%} of the {found.compute_nodes} compute nodes; {found.trials} trials in {found.search_seconds:.0f} s, "
+            f"the attempt took {found.attempt_seconds:.0f} s)")
