@@ -125,15 +125,15 @@ def test_a_failed_int8_gate_leaves_the_node_with_the_outlier_input_unquantized(t
     assert plain.returncode == 1 and "int8: accuracy below the gate" in plain.stderr and "int8_exclude_nodes" in plain.stderr
 
 
-def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], gain: float = 0.01, compute: int = 200):
-    """search() with trials that pass once every node of `needed` is kept, and gain `gain` cosine per node kept till then;
-    the trials tried, in order."""
+def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], closes: float = 0.2, compute: int = 200):
+    """search() with trials that pass once every node of `needed` is kept, each node kept till then closing the share
+    `closes` of the gap to the gate; the trials tried, in order."""
     tried = []
 
     def trial(kept):
         tried.append(kept)
         passed = needed <= set(kept)
-        return Trial(kept, Path(f"t{len(kept)}"), {"cosine_centered": 1.0 if passed else 0.5 + gain * len(kept)}, passed)
+        return Trial(kept, Path(f"t{len(kept)}"), {"cosine_centered": 1.0 if passed else 0.999 - 0.499 * (1 - closes) ** len(kept)}, passed)
 
     names = frozenset(f"n{i}" for i in range(compute))
     found = search(Trial((), Path("first"), {"cosine_centered": 0.5}, False), 1.0, lambda model: (ranked, "why"), trial, names, 0.999)
@@ -157,5 +157,5 @@ def test_the_search_gives_up_past_its_share_of_the_compute_nodes():
 
 def test_the_search_stops_when_more_nodes_do_not_move_the_accuracy():
     """mobilevit's FP16: 0.79305 with 1 node kept, 0.79305 with 2, 0.79301 with 4, ...: two trials that close nothing end it."""
-    found, tried = _fake_search([(f"n{i}",) for i in range(40)], {"n30"}, gain=0.0)
+    found, tried = _fake_search([(f"n{i}",) for i in range(40)], {"n30"}, closes=0.0)
     assert found.passed is None and [len(t) for t in tried] == [1, 2]

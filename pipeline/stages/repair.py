@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 MAX_SHARE = 0.05  # of the graph's compute nodes, the most the repair keeps in higher precision
-STALL = 0.01  # a trial closing less of the gap to the gate than this share (twice in a row) ends the search
+STALL = 0.1  # a trial closing less of the gap to the gate than this share (twice in a row) ends the search
 NOT_COMPUTE = frozenset({"Constant", "ConstantOfShape", "Identity", "Shape", "Size", "Cast", "QuantizeLinear", "DequantizeLinear"})
 
 
