@@ -30,6 +30,7 @@ class Precision:
     min_token_agreement: float | None = None  # a decoder's generation gate (share of greedy tokens), [quant] min_token_agreement_<name>
     min_compute_capability: tuple[int, int] | None = None  # the GPU its engine needs, at least
     combines_with: str | None = None  # quantize: with this flag too, the other precision is its float parts (--int8 --fp16)
+    repairable: bool = False  # a failed accuracy gate searches for the nodes to keep in higher precision (pipeline/stages/repair.py)
 
     @property
     def stage(self) -> str:
@@ -49,9 +50,11 @@ class Precision:
 
 PRECISIONS: tuple[Precision, ...] = (
     Precision(REFERENCE, "FP32", "the optimized model, always built, the reference of every gate"),
-    Precision("fp16", "FP16", "ModelOpt AutoCast", "pipeline.stages.fp16", min_cosine=0.999, min_token_agreement=0.5),
+    Precision("fp16", "FP16", "ModelOpt AutoCast", "pipeline.stages.fp16", min_cosine=0.999, min_token_agreement=0.5,
+              repairable=True),
     Precision("int8", "INT8", "ModelOpt Q/DQ calibrated, its placement linted", "pipeline.stages.int8",
-              calibrated=True, placed=True, quantized=True, min_cosine=0.99, min_token_agreement=0.5, combines_with="fp16"),
+              calibrated=True, placed=True, quantized=True, min_cosine=0.99, min_token_agreement=0.5, combines_with="fp16",
+              repairable=True),
     # FP8 E4M3 keeps 3 mantissa bits, per-tensor scales like INT8: INT8's gate
     Precision("fp8", "FP8", "ModelOpt FP8 Q/DQ calibrated, opset >= 21", "pipeline.stages.fp8",
               calibrated=True, placed=True, quantized=True, min_cosine=0.99, min_compute_capability=(8, 9)),
@@ -59,7 +62,7 @@ PRECISIONS: tuple[Precision, ...] = (
     Precision("int4", "INT4", "ModelOpt weight-only INT4 for MatMul/Gemm weights (AWQ)", "pipeline.stages.int4",
               calibrated=True, quantized=True, min_cosine=0.98),
     # BF16 keeps 8 mantissa bits to FP16's 11: FP16's gate (0.999) is too tight for it
-    Precision("bf16", "BF16", "ModelOpt AutoCast to BF16", "pipeline.stages.bf16", min_cosine=0.99),
+    Precision("bf16", "BF16", "ModelOpt AutoCast to BF16", "pipeline.stages.bf16", min_cosine=0.99, repairable=True),
 )
 
 

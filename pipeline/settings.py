@@ -9,7 +9,7 @@ stage cannot depend on a setting that its cache key leaves out.
 Command-line options override the profile field they stand for (`--preset` -> `quant.preset`,
 `--min-cosine` -> every precision's `quant.min_cosine_<precision>` (pipeline/precisions.py), `--verbosity` ->
 `build.verbosity`, export's `--exporter` -> `export`); the rest are settings of their own (`onnx`, `calib`, `precisions`,
-`weak_fp16`). A setting naming a file (`onnx`, `calib`) is keyed by the file's sha256 too.
+`weak_fp16`, `repair`). A setting naming a file (`onnx`, `calib`) is keyed by the file's sha256 too.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Options:
     verbosity: str | None = None
     weak_fp16: bool = False
     exporter: str | None = None
+    repair: bool = True  # a failed FP16/BF16/INT8 gate searches for the nodes to keep in higher precision (--no-repair: off)
 
 
 class UndeclaredSetting(Exception):
@@ -115,6 +116,7 @@ def settings_registry() -> dict[str, Setting]:
         Setting("calib", lambda p, o: Path(o.calib).resolve() if o.calib else None, file=True),
         Setting("precisions", _precisions),
         Setting("weak_fp16", lambda p, o: o.weak_fp16),
+        Setting("repair", lambda p, o: o.repair),
         Setting("model", lambda p, o: p.model, key=_model_key),
         Setting("inputs", lambda p, o: p.inputs),
         Setting("dims", lambda p, o: p.dims),
@@ -130,6 +132,7 @@ def settings_registry() -> dict[str, Setting]:
         _field("quant", "int4_method"),
         _field("quant", "fp16_exclude_op_types"),
         _field("quant", "fp16_exclude_nodes"),
+        _field("quant", "int8_exclude_nodes"),
         *(_field("build", name, "verbosity" if name == "verbosity" else None)
           for name in ("verbosity", "workspace_mib", "optimization_level", "log_severity", "builder", "profile_warmup",
                        "profile_iterations", "bench_warmup", "bench_iterations")),
@@ -137,7 +140,7 @@ def settings_registry() -> dict[str, Setting]:
     return {s.name: s for s in settings}
 
 
-OPTIONS = ("onnx", "calib", "precisions", "weak_fp16")  # settings that are not a profile field
+OPTIONS = ("onnx", "calib", "precisions", "weak_fp16", "repair")  # settings that are not a profile field
 ALWAYS = ("name", "description", "source")  # the profile's identity: not settings
 
 

@@ -109,6 +109,13 @@ def _npz(feeds: dict[str, np.ndarray] | None):
         yield str(path)
 
 
+def exact_names(nodes: tuple[str, ...] | list[str]) -> list[str]:
+    """AutoCast's and ModelOpt's node exclusions are regular expressions matched at the start: these names, and no others."""
+    import re
+
+    return [re.escape(name) + "$" for name in nodes]
+
+
 def repair_placeholder_dims(model, source) -> int:
     """Undo AutoCast's shape placeholders in `model` (in place); return how many dims were changed.
 

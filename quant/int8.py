@@ -42,16 +42,15 @@ def quantize_int8(
     calibration_method: str = "entropy",
     max_sequence: int | None = None,
     on_step: Callable[[int, int], None] = lambda done, total: None,
+    nodes_to_exclude: list[str] | None = None,
 ) -> Int8Result:
+    """Q/DQ `source` into `target`; `nodes_to_exclude`: regular expressions of nodes left unquantized, besides the preset's."""
 
     from pipeline.core.onnxfile import load_onnx
-    from quant import silence_lief_leak_report
     from quant.lint import lint_model
     from quant.patterns import attention_state
     from quant.presets import apply_preset, plan_preset, resolve_preset
     from quant.ptq import run_modelopt
-
-    silence_lief_leak_report()
 
     source_model = load_onnx(source)
     preset = resolve_preset(preset_name, source_model)
@@ -64,7 +63,7 @@ def quantize_int8(
         quantize_mode="int8", calibration_data_reader=calibration_reader(feeds, on_step),
         calibration_method=calibration_method, high_precision_dtype=high_precision_dtype,
         op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
-        nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None,
+        nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *(nodes_to_exclude or [])] or None,
     )
     del source_model
     removed = apply_preset(preset, model)

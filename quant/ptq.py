@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,10 +63,11 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
     from modelopt.onnx.quantization import quantize
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
+    from quant import silence_lief_leak_report
 
     model = model if model is not None else load_onnx(source)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
-    _quiet_lief()
+    silence_lief_leak_report()  # lief is imported with modelopt.onnx.quantization, just above
     with private_copy(source, external_tensors(model), beside=beside) as (workdir, copy):
         if name_anonymous_input_dims(model):
             onnx.save(model, str(copy))
@@ -130,13 +130,3 @@ def write_checked(model, target: Path, source: Path, reference, held_out: list[d
         else:
             expected = reference if reference is not None else model_outputs(Path(source), held_out)
         return accuracy(expected, outputs, sum(len(next(iter(b.values()))) for b in held_out))
-
-
-def _quiet_lief() -> None:
-    """ModelOpt imports lief (to read TensorRT plugin libraries), whose nanobind bindings print ~40
-    'nanobind: leaked ...' lines when the interpreter exits after a quantization: its own module
-    globals, not ours to fix, and noise under every build's summary."""
-    lief = sys.modules.get("lief")
-    if lief is not None and hasattr(lief, "disable_leak_warning"):
-        lief.disable_leak_warning()
-

@@ -26,6 +26,10 @@ PresetOption = Annotated[Optional[PresetName], typer.Option(
          + ") [default: from the profile; auto: the preset of the model's family, trt-fusion, decoder or cnn].")]
 
 
+REPAIR_HELP = (f"When the {'/'.join(p.label for p in registry.optional() if p.repairable)} accuracy gate fails, find the fewest nodes to keep "
+               "in higher precision and rerun (docs/precisions.md, 'Repair'); --no-repair: fail with the gate's hint.")
+
+
 class Verbosity(str, Enum):
     none = "none"
     layer_names_only = "layer_names_only"
@@ -59,6 +63,7 @@ def build(
     min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help=f"A decoder's gate: share of greedy tokens equal to torch's [default: {_gate_defaults('min_token_agreement')}; docs/decoders.md].")] = None,
     verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
     weak_fp16: Annotated[bool, typer.Option("--weak-fp16", help="TensorRT 10.x only: also let the builder pick FP16 kernels (legacy weak typing).")] = False,
+    repair: Annotated[bool, typer.Option("--repair/--no-repair", help=REPAIR_HELP)] = True,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default: artifacts/<profile>].")] = None,
     until: Annotated[Optional[str], typer.Option(help="Stop after this stage (export, optimize, a precision, build, report, diff, bench).")] = None,
     strict: Annotated[bool, typer.Option(help="Fail (exit 3) instead of skipping a stage this machine cannot run.")] = False,
@@ -76,7 +81,7 @@ def build(
     from pipeline.summary import print_next_steps, shown_path
 
     options = Options(precisions, onnx, calib, preset.value if preset else None, min_cosine, min_token_agreement,
-                      verbosity.value if verbosity else None, weak_fp16)
+                      verbosity.value if verbosity else None, weak_fp16, repair=repair)
     loaded, plan, out_dir = _checked(options, profile, until, strict, out)
     out_console = stdout_console(keep_going=True)
     out_console.print(f"profile {loaded.name} from {shown_path(loaded.source) if loaded.source else 'the built-in defaults'}", highlight=False, markup=False)
@@ -154,6 +159,10 @@ def check_build_options(options: Options) -> None:
     asked = [p for p in registry.optional() if p.name in options.precisions]
     readers = {"calib": ("calibration data", "calibrated"), "preset": ("Q/DQ placement", "placed"),
                "min_cosine": ("accuracy gate", "min_cosine"), "min_token_agreement": ("generation gate", "min_token_agreement")}
+    if not options.repair and not any(p.repairable for p in asked):
+        repairable = [p for p in registry.optional() if p.repairable]
+        raise PipelineError(f"--no-repair turns off the repair of the {'/'.join(p.label for p in repairable)} accuracy gates, which this build "
+                            f"does not run; add {registry.listed(repairable)}, or drop --no-repair")
     for option, (what, attribute) in readers.items():
         if getattr(options, option) is None:
             continue
@@ -239,6 +248,7 @@ def _docker_hint(profile, options: Options, out: Path) -> str:
         arguments += ["--onnx", Path(options.onnx)]
     arguments += [f"--{p.name}" for p in registry.optional() if p.name in options.precisions]
     arguments += ["--weak-fp16"] if options.weak_fp16 else []
+    arguments += [] if options.repair else ["--no-repair"]
     if options.calib:
         arguments += ["--calib", Path(options.calib)]
     for key in ("preset", "min_cosine", "min_token_agreement", "verbosity"):

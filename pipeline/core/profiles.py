@@ -187,6 +187,7 @@ class QuantSection(_Section):
                                                   "equal to FP32's, written min_token_agreement_<precision>")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
+    int8_exclude_nodes: list[str] = Field(default_factory=list, description="nodes the int8 stage leaves unquantized: regular expressions")
 
     @model_validator(mode="before")
     @classmethod

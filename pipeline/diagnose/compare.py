@@ -39,8 +39,11 @@ class NodeError:
 
 
 def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
+    """max |b - a| / max |a|; infinite where b holds NaN or Inf that a does not (a value past b's range)."""
     if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
         return None
+    if any(np.any(~np.isfinite(y) & np.isfinite(x)) for x, y in zip(a, b, strict=True)):
+        return float("inf")
     scale = max(float(np.max(np.abs(x))) if x.size else 0.0 for x in a) or 1.0
     return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(a, b, strict=True)) / scale
 
@@ -104,7 +107,8 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         error = max(errors[t] for t in outs)
         base = max(inputs, default=0.0)
         worst = max(outs, key=lambda t: errors[t])
-        rows.append(NodeError(node.name, node.op_type, worst, error, base, error - base, pair_of.get(worst), module))
+        growth = 0.0 if error == base else error - base  # an Inf carried from an input is no growth (inf - inf)
+        rows.append(NodeError(node.name, node.op_type, worst, error, base, growth, pair_of.get(worst), module))
     rows.sort(key=lambda r: r.growth, reverse=True)
     outputs = {o.name: errors.get(o.name) for o in ref_model.graph.output}
     return NodeComparison(str(reference), str(candidate), len(feed_sets), len(errors), outputs, rows)

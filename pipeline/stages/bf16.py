@@ -5,39 +5,49 @@ has no BF16 kernels for Conv/MatMul, so elsewhere it is written unchecked and th
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from pipeline.core.profiles import QuantSection
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages import shared
+from pipeline.stages import repair, shared
+from pipeline.stages.fp16 import shape_checked
 
 
-def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict], log: Path | None = None):
-    """AutoCast `source` to BF16 into `target` with the [quant] exclusions (quant.fp16.convert_bf16)."""
+def convert(quant: QuantSection, source: Path, target: Path, checks: list[dict], log: Path | None = None, keep: tuple[str, ...] = ()):
+    """AutoCast `source` to BF16 into `target` with the [quant] exclusions and the nodes named in `keep` (the repair's)
+    kept in FP32 (quant.fp16.convert_bf16)."""
     from pipeline.core.quiet import captured
-    from quant.fp16 import convert_bf16
+    from quant.fp16 import convert_bf16, exact_names
 
     with captured(log):
-        return convert_bf16(source, target, quant.fp16_exclude_op_types, quant.fp16_exclude_nodes, checks)
+        return convert_bf16(source, target, quant.fp16_exclude_op_types, [*quant.fp16_exclude_nodes, *exact_names(keep)], checks)
 
 
 def run_bf16(job: Job) -> StageResult:
     from pipeline.core.onnxfile import atomic_onnx
 
     profile = job.settings.profile
-    q, source, target = profile.quant, job.input("optimize", "onnx"), job.out / "model.bf16.onnx"
-    batches = shared.held_out(profile)
+    q, source, target, log = profile.quant, job.input("optimize", "onnx"), job.out / "model.bf16.onnx", job.out / "bf16.log"
+    batches, checks, found = shared.held_out(profile), shared.shape_checks(profile), None
     with shared.fp32_reference(job, batches) as reference, atomic_onnx(target) as tmp:
         job.status("converting to BF16 with ModelOpt AutoCast")
-        result = convert(q, source, tmp, shared.shape_checks(profile), job.out / "bf16.log")
+        started = repair.start_clock("modelopt.onnx.autocast", log)
+        result = convert(q, source, tmp, checks, log)
         if result.session is not None:
             figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)
-            shared.gate("bf16", figures, q.min_cosine_bf16)
+            found = repair.repair_gate(
+                job, source, batches, q.min_cosine_bf16, repair.Trial((), tmp, figures, shared.passes(figures, q.min_cosine_bf16), result),
+                time.perf_counter() - started, lambda kept, path: convert(q, source, path, [], log, kept),
+                lambda converted, path: shared.accuracy(converted.session, reference, batches, q.accuracy_samples, "BF16", job.status))
+            if found is not None and found.passed is not None:
+                result, figures = shape_checked(found.passed.result, tmp, checks, "bf16"), found.passed.figures
+            shared.gate("bf16", figures, q.min_cosine_bf16, "exclude sensitive nodes ([quant] fp16_exclude_nodes)" + repair.failed_note(found, "in FP32"))
         else:
             figures = {"not_compared": result.unchecked}
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
-               "accuracy": figures, "min_cosine": q.min_cosine_bf16}
+               "accuracy": figures, "min_cosine": q.min_cosine_bf16, **repair.recorded(found, "quant.fp16_exclude_nodes")}
     return StageResult({"onnx": target, **shared.log_output(job.out / "bf16.log")}, metrics)
 
 
@@ -53,13 +63,13 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
 def _summary(m: dict) -> str:
     figures = m["accuracy"]
     if "cosine_centered" in figures:
-        return f"cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
+        return f"{repair.stage_note(m, 'in FP32')}cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
     return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}"
 
 
 STAGE = Stage(
     "bf16", run_bf16,
-    reads=(*shared.HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_bf16"),
+    reads=(*shared.HELD_OUT_READS, "quant.fp16_exclude_op_types", "quant.fp16_exclude_nodes", "quant.min_cosine_bf16", "repair"),
     inputs=("optimize.onnx",),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
     key_metric=_summary,

@@ -3,24 +3,27 @@ the Q/DQ lint, gated on accuracy. `python -m pipeline quantize --int8` calls `qu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
 from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
 from pipeline.stage import Job, Stage, StageResult
-from pipeline.stages import shared
+from pipeline.stages import repair, shared
 
 # what `quantize` reads: the stage and the command declare the same settings
-QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_method", "quant.int8_float_dtype")
+QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_method", "quant.int8_float_dtype", "quant.int8_exclude_nodes")
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
-             on_step: Callable[[int, int], None] = lambda done, total: None):
-    """Q/DQ `source` into `target` with the profile's quant settings; returns the result and where the calibration data came from."""
+             on_step: Callable[[int, int], None] = lambda done, total: None, keep: tuple[str, ...] = ()):
+    """Q/DQ `source` into `target` with the profile's quant settings, the nodes named in `keep` (the repair's) left unquantized;
+    returns the result and where the calibration data came from."""
     from pipeline.core.onnxfile import atomic_onnx
     from pipeline.core.quiet import captured
     from quant.calibration import calibration_data, decoder_calibration, fed_as_decoder
+    from quant.fp16 import exact_names
     from quant.int8 import quantize_int8
 
     q = profile.quant
@@ -31,7 +34,7 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
     batch = shared.calibration_batch(profile, source)
     with atomic_onnx(target) as tmp, captured(log):
         result = quantize_int8(source, tmp, calibration, batch, q.preset, q.int8_float_dtype, q.calibration_method, shared.max_sequence(profile),
-                               on_step=on_step)
+                               on_step=on_step, nodes_to_exclude=[*q.int8_exclude_nodes, *exact_names(keep)])
         shared.require_quantized("int8", result.qdq_pairs, (
             f"ModelOpt leaves a MatMul/Gemm in float when its M or N is 1 at the calibration batch (here {batch}: a 2-D input's batch "
             f"is M) or its K or N is under 16, and a Conv with too few channels{_removed(result)}; if you deploy at a larger batch, "
@@ -70,11 +73,20 @@ def run_int8(job: Job) -> StageResult:
         job.status(f"calibrating ({q.preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
 
     batches, kind = held_out_int8(s.profile, source)
+    log = job.out / "int8.log"
     with shared.fp32_reference(job, batches, kind) as reference, atomic_onnx(target) as tmp:
-        result, origin = quantize(s.profile, s.calib, source, tmp, job.out / "int8.log", on_step=step)
-        lint = findings_json(result.findings)
+        started = repair.start_clock("modelopt.onnx.quantization", log)
+        result, origin = quantize(s.profile, s.calib, source, tmp, log, on_step=step)
         figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
-        shared.gate("int8", figures, q.min_cosine_int8)
+        found = repair.repair_gate(
+            job, source, batches, q.min_cosine_int8, repair.Trial((), tmp, figures, shared.passes(figures, q.min_cosine_int8), result),
+            time.perf_counter() - started, lambda kept, path: quantize(s.profile, s.calib, source, path, log, step, kept)[0],
+            lambda quantized, path: shared.accuracy(path, reference, batches, q.accuracy_samples, "INT8", job.status))
+        if found is not None and found.passed is not None:
+            result, figures = found.passed.result, found.passed.figures
+        lint = findings_json(result.findings)
+        shared.gate("int8", figures, q.min_cosine_int8, "exclude sensitive nodes ([quant] int8_exclude_nodes), try another preset or more "
+                    "calibration data" + repair.failed_note(found, "unquantized"))
         generation = generation_figures(job, tmp, "int8")
     write_json(job.out / "int8.lint.json", lint)
     metrics = {
@@ -83,7 +95,7 @@ def run_int8(job: Job) -> StageResult:
         "disable_mha_qdq": result.disable_mha_qdq, "qdq_pairs": result.qdq_pairs,
         "qdq_removed_by_preset": len(result.qdq_removed_by_preset) // 2, "notes": result.notes,
         "lint": {"count": lint["count"], "by_rule": lint["by_rule"]}, "accuracy": figures, "min_cosine": q.min_cosine_int8,
-        **({"generation": generation} if generation else {}),
+        **({"generation": generation} if generation else {}), **repair.recorded(found, "quant.int8_exclude_nodes"),
     }
     predicted, prediction = shared.predicted_engine(job, "int8", target)
     return StageResult({"onnx": target, "lint": job.out / "int8.lint.json", **predicted, **shared.log_output(job.out / "int8.log")}, metrics | prediction)
@@ -113,9 +125,9 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
 
 STAGE = Stage(
     "int8", run_int8,
-    reads=tuple(dict.fromkeys((*QUANTIZE_READS, *shared.HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8"))),
+    reads=tuple(dict.fromkeys((*QUANTIZE_READS, *shared.HELD_OUT_READS, "quant.min_cosine_int8", *GENERATION_READS, "quant.min_token_agreement_int8", "repair"))),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: (f"{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {shared.lint_count(m)}"
+    key_metric=lambda m: (f"{repair.stage_note(m, 'unquantized')}{m['preset']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {m['qdq_pairs']} Q/DQ, {shared.lint_count(m)}"
                           f"{tokens_note(m)}{shared.predicted_line(m)}"),
 )

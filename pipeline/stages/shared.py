@@ -106,10 +106,15 @@ def fp16_gate_hint(source: Path, profile: Profile) -> str:
             f"{profile_arg}` lists them")
 
 
+def passes(metrics: dict[str, Any], minimum: float) -> bool:
+    """The accuracy figures meet the gate (NaN never does)."""
+    return metrics["cosine_centered"] >= minimum
+
+
 def gate(stage: str, metrics: dict[str, Any], minimum: float, hint: str = "exclude sensitive nodes, try another preset or more calibration data") -> None:
     from pipeline.core.errors import StageFailed
 
-    if metrics["cosine_centered"] >= minimum:
+    if passes(metrics, minimum):
         return
     if math.isnan(metrics["cosine_centered"]):  # NaN is below every gate, and says more than a figure
         raise StageFailed(f"{stage}: the {stage.upper()} model's outputs hold NaN or Inf on the held-out samples (an overflow: a value past "

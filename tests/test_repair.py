@@ -1,0 +1,161 @@
+"""Gates that repair themselves (issue 38): a failed FP16 gate finds the nodes to keep in FP32, reruns, and says
+which and why; --no-repair fails as before; the search keeps the fewest ranked nodes within its cap."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import run_cli, write_profile
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.stages.repair import MAX_SHARE, Trial, search
+
+PROFILE = """
+name = "overflow"
+[model]
+onnx = "model.onnx"
+[dims.batch]
+min = 1
+opt = 2
+max = 4
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["batch", 8]
+[quant]
+accuracy_samples = 4
+"""
+
+
+def overflowing_model(path: Path) -> None:
+    """tanh(x @ w + big * (h - h)): in FP32 big * 0 is 0; in FP16 the Constant -1e38 is -Inf, and -Inf * 0 is NaN
+    (deberta-v2's masked_fill constant, in four nodes). AutoCast's own range check runs on the nodes' outputs, so it
+    converts the Constant: the gate fails."""
+    weights = numpy_helper.from_array(np.random.default_rng(0).normal(size=(8, 8)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Constant", [], ["big"], name="big_constant", value=numpy_helper.from_array(np.array(-1e38, np.float32))),
+        helper.make_node("Sub", ["h", "h"], ["zero"], name="zero"),
+        helper.make_node("Mul", ["big", "zero"], ["masked"], name="masked"),
+        helper.make_node("Add", ["h", "masked"], ["y"], name="add"),
+        helper.make_node("Tanh", ["y"], ["out"], name="tanh"),
+    ]
+    graph = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 8])], [weights])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@pytest.fixture(scope="module")
+def overflow(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("overflow")
+    overflowing_model(folder / "model.onnx")
+    write_profile(folder, PROFILE)
+    return folder
+
+
+def _fp16_record(out: Path) -> dict:
+    return next(s for s in json.loads((out / "manifest.json").read_text())["stages"] if s["name"] == "fp16")
+
+
+def test_a_failed_fp16_gate_keeps_the_overflowing_node_in_fp32_and_passes(overflow):
+    result = run_cli("build", "--profile", "p.toml", "--fp16", "--until", "fp16", "--out", "out", cwd=overflow)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("fp16"))
+    assert "done" in line and "2 nodes kept in FP32: masked, big_constant (NaN/Inf first at big_constant (Constant)" in line
+    assert '[quant] fp16_exclude_nodes = ["masked$", "big_constant$"]' in line
+    record = _fp16_record(overflow / "out")
+    fix = record["metrics"]["repair"]
+    assert fix["kept"] == ["masked", "big_constant"] and fix["kept_compute_nodes"] == 1 and fix["compute_nodes"] == 5
+    assert record["metrics"]["accuracy"]["cosine_centered"] >= 0.999 and record["metrics"]["runs_at_shapes"]
+    assert record["key"]["settings"]["repair"] is True
+    assert not list((overflow / "out").glob(".repair-*"))  # the trials' folder is gone
+
+
+def test_the_pinned_profile_needs_no_search(overflow):
+    pinned = write_profile(overflow, PROFILE + 'fp16_exclude_nodes = ["masked$", "big_constant$"]\n', "pinned.toml")
+    result = run_cli("build", "--profile", str(pinned), "--fp16", "--until", "fp16", "--out", "pinned", cwd=overflow)
+    assert result.returncode == 0, result.stderr
+    assert "repair" not in _fp16_record(overflow / "pinned")["metrics"]
+
+
+def test_no_repair_fails_the_gate_with_its_hint(overflow):
+    result = run_cli("build", "--profile", "p.toml", "--fp16", "--until", "fp16", "--out", "plain", "--no-repair", cwd=overflow)
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert "outputs hold NaN or Inf" in error and "fp16_exclude_nodes" in error and "repair" not in error
+
+
+def test_no_repair_without_a_repairable_precision_is_bad_input(overflow):
+    result = run_cli("build", "--profile", "p.toml", "--no-repair", "--out", "none", cwd=overflow)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("error: --no-repair turns off the repair of the FP16/INT8/BF16 accuracy gates, which this build "
+                                     "does not run; add --fp16, --int8 or --bf16, or drop --no-repair")
+
+
+def outlier_model(path: Path) -> None:
+    """x @ w1 @ w2 @ w3 (a ReLU before the last): w1 makes one channel 10^4 times the others, so the per-tensor INT8 scale of
+    the second MatMul's input leaves the other channels at zero; that channel does not reach the output (w2's row is 0)."""
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (rng.normal(size=(32, 32)).astype(np.float32) for _ in range(3))
+    w1[:, 0] *= 1e4
+    w2[0, :] = 0
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="first"), helper.make_node("MatMul", ["a", "w2"], ["b"], name="second"),
+             helper.make_node("Relu", ["b"], ["c"], name="relu"), helper.make_node("MatMul", ["c", "w3"], ["out"], name="third")]
+    graph = helper.make_graph(nodes, "outlier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 32])],
+                              [numpy_helper.from_array(w, name) for w, name in ((w1, "w1"), (w2, "w2"), (w3, "w3"))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_a_failed_int8_gate_leaves_the_node_with_the_outlier_input_unquantized(tmp_path):
+    outlier_model(tmp_path / "model.onnx")
+    write_profile(tmp_path, PROFILE.replace("8]", "32]") + "samples = 8\n")
+    result = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("int8"))
+    assert "1 node kept unquantized: second (largest error growth at second (MatMul)" in line
+    assert '[quant] int8_exclude_nodes = ["second$"]' in line
+    plain = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "plain", "--no-repair", cwd=tmp_path)
+    assert plain.returncode == 1 and "int8: accuracy below the gate" in plain.stderr and "int8_exclude_nodes" in plain.stderr
+
+
+def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], closes: float = 0.2, compute: int = 200):
+    """search() with trials that pass once every node of `needed` is kept, each node kept till then closing the share
+    `closes` of the gap to the gate; the trials tried, in order."""
+    tried = []
+
+    def trial(kept):
+        tried.append(kept)
+        passed = needed <= set(kept)
+        return Trial(kept, Path(f"t{len(kept)}"), {"cosine_centered": 1.0 if passed else 0.999 - 0.499 * (1 - closes) ** len(kept)}, passed)
+
+    names = frozenset(f"n{i}" for i in range(compute))
+    found = search(Trial((), Path("first"), {"cosine_centered": 0.5}, False), 1.0, lambda model: (ranked, "why"), trial, names, 0.999)
+    return found, tried
+
+
+def test_the_search_doubles_then_bisects_to_the_fewest_ranked_nodes():
+    ranked = [(f"n{i}",) for i in range(10)]
+    found, tried = _fake_search(ranked, {"n0", "n4"})
+    assert found.kept == ("n0", "n1", "n2", "n3", "n4")  # the shortest prefix holding both
+    assert [len(t) for t in tried] == [1, 2, 4, 8, 6, 5]
+    assert found.trials == 6 and found.kept_compute == 5 and found.passed.kept == found.kept
+
+
+def test_the_search_gives_up_past_its_share_of_the_compute_nodes():
+    ranked = [(f"n{i}",) for i in range(40)]
+    found, tried = _fake_search(ranked, {"n30"})
+    limit = int(MAX_SHARE * 200)
+    assert found.passed is None and max(len(t) for t in tried) == limit and found.kept_compute == limit
+
+
+def test_the_search_stops_when_more_nodes_do_not_move_the_accuracy():
+    """mobilevit's FP16: 0.79305 with 1 node kept, 0.79305 with 2, 0.79301 with 4, ...: two trials that close nothing end it."""
+    found, tried = _fake_search([(f"n{i}",) for i in range(40)], {"n30"}, closes=0.0)
+    assert found.passed is None and [len(t) for t in tried] == [1, 2]
