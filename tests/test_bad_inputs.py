@@ -303,7 +303,7 @@ CASES = {
     "cache inputs of a layer the model lacks": Case(("export", "--profile", "llama-layer7.toml", "-o", "m.onnx"),
                                                     "the cache inputs must be past_key_values.{i}.key and .value for i in 0..1"),
     "more new tokens than the cache holds": Case(("export", "--profile", "llama-many-tokens.toml", "-o", "m.onnx"),
-                                                 "export.new_tokens = 100 does not fit dims.past_seq.max = 56"),
+                                                 "export.new_tokens = 100 does not fit dims.past_seq.max = 8"),  # the cache up to seq max (8): no [dims.past_seq]
     "a 7B default config": Case(("export", "--profile", "llama-full-size.toml", "-o", "m.onnx"), "M parameters, "),
     "build --min-token-agreement without a precision": Case(("build", "--min-token-agreement", "0.5"), "--min-token-agreement is the generation gate"),
     "a dim other than past_seq at 0": Case(("export", "--profile", "batch-min-0.toml", "-o", "m.onnx"), "dims.batch.min: 0 is allowed only for past_seq"),

@@ -60,7 +60,7 @@ def test_the_modelopt_caller_reruns_the_ptq_stages_and_bench_code_reruns_bench(e
     assert moved["quant.ptq"] == ["fp8", "int4", "int8"]
     assert moved["pipeline.stages.bench"] == ["bench"] and moved["trt.bench"] == ["bench"]
     assert moved["trt.build"] == ["bench", "build"]  # bench runs engines through trt.build's helpers
-    assert moved["pipeline.models.decoder"] == ["export", "fp16"]  # the export and FP16 (AutoCast's reference feeds) use it
+    assert moved["pipeline.models.decoder"] == ["bf16", "export", "fp16"]  # the export and AutoCast's reference feeds (FP16, and BF16 through it) use it
     assert moved["pipeline.cli.app"] == [] and moved["pipeline.runner"] == []  # the CLI and the runner decide no result
 
 
