@@ -25,17 +25,21 @@ import numpy as np
 from pipeline.core.verify import OnnxSession
 
 
-def model_outputs(model: Path | OnnxSession, batches: list[dict[str, np.ndarray]]) -> np.ndarray:
-    """Every output of every batch, flattened into one float64 vector, through one session (the one
-    given, or a new one for a path)."""
+def model_outputs(model: Path | OnnxSession, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """Every output of every batch, each flattened (`flatten`), through one session (the one given, or a new one
+    for a path)."""
     session = model if isinstance(model, OnnxSession) else OnnxSession(model)
     return flatten([session.run(feeds) for feeds in batches])
+
+
+OUTPUT_BUDGET = 1 << 27  # output values the FP32 reference keeps for the checks (512 MB of float32)
 
 
 class BackgroundOutputs:
     """`model_outputs(path, batches)` on a worker thread with all cores but one.
 
-    `result()` waits for the outputs (or raises what the run raised) and counts the callers it
+    `result()` waits for the outputs (None past OUTPUT_BUDGET values: `checked` then runs both models
+    batch by batch; or raises what the run raised) and counts the callers it
     served (`served`); `seconds` is the run's own wall time. `cancel()` stops the run
     (onnxruntime's RunOptions.terminate, honoured between operators) and waits for the thread, so
     a failed or interrupted stage leaves nothing running.
@@ -44,9 +48,10 @@ class BackgroundOutputs:
     def __init__(self, path: Path, batches: list[dict[str, np.ndarray]]):
         import onnxruntime as ort
 
-        self.seconds = 0.0
+        self.path = path
+        self.seconds = self.waited = 0.0  # its run's wall time; how long callers of result() waited for it
         self.served = 0
-        self._future: Future[np.ndarray] = Future()
+        self._future: Future[list[np.ndarray] | None] = Future()
         self._stop = ort.RunOptions()
         self._thread = threading.Thread(target=self._run, args=(path, batches), name="fp32-reference", daemon=True)
         self._thread.start()
@@ -55,7 +60,12 @@ class BackgroundOutputs:
         started = time.perf_counter()
         try:
             session = OnnxSession(path, threads=max(1, (os.cpu_count() or 2) - 1))
-            outputs = flatten([session.run(feeds, self._stop) for feeds in batches])
+            outputs: list[np.ndarray] | None = []
+            for feeds in batches:
+                outputs += flatten([session.run(feeds, self._stop)])
+                if sum(o.size for o in outputs) > OUTPUT_BUDGET:  # the check runs both models batch by batch instead
+                    outputs = None
+                    break
         except BaseException as err:  # handed to the thread that asks for the result
             self.seconds = time.perf_counter() - started
             self._future.set_exception(err)
@@ -63,8 +73,10 @@ class BackgroundOutputs:
             self.seconds = time.perf_counter() - started
             self._future.set_result(outputs)
 
-    def result(self) -> np.ndarray:
+    def result(self) -> list[np.ndarray] | None:
+        waiting = time.perf_counter()
         outputs = self._future.result()
+        self.waited += time.perf_counter() - waiting
         self.served += 1
         return outputs
 
@@ -73,9 +85,14 @@ class BackgroundOutputs:
         self._thread.join()
 
 
-def flatten(runs: list[list[np.ndarray]]) -> np.ndarray:
-    """The outputs of several runs (each a list of arrays, in output order) as one float64 vector."""
-    return np.concatenate([np.asarray(output, np.float64).reshape(-1) for outputs in runs for output in outputs])
+CHUNK = 1 << 20  # output values taken to float64 at a time: the figures' memory is one chunk's, not the outputs'
+
+
+def flatten(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """The outputs of several runs (each a list of arrays, in output order) as flat arrays in their own dtype. The
+    figures read them a chunk at a time: one float64 vector of them, and its differences, took EfficientNet's FP16
+    check (64 x 2560 x 56 x 56 outputs, 2 GB a copy) past 20 GB."""
+    return [np.asarray(output).reshape(-1) for outputs in runs for output in outputs]
 
 
 def agreement(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]]) -> dict[str, Any]:
@@ -83,21 +100,78 @@ def agreement(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]]) 
     return accuracy(flatten(expected), flatten(actual), len(expected))
 
 
-def accuracy(reference: np.ndarray, candidate: np.ndarray, samples: int) -> dict[str, Any]:
+def accuracy(reference: list[np.ndarray], candidate: list[np.ndarray], samples: int) -> dict[str, Any]:
     """Figures of `candidate` outputs against the FP32 `reference` outputs (both from model_outputs)."""
-    if reference.shape != candidate.shape:
-        raise ValueError(f"{candidate.size} output values vs {reference.size} of the FP32 model")
-    centre = reference.mean()
-    return {
-        "samples": samples,
-        "max_abs_diff": float(np.max(np.abs(reference - candidate))),
-        "cosine": _cosine(reference, candidate),
-        "cosine_centered": _cosine(reference - centre, candidate - centre),
-    }
+    return Figures().add(reference, candidate).result(samples)
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    norms = float(np.linalg.norm(a) * np.linalg.norm(b))
-    if norms == 0.0:
-        return 1.0 if np.array_equal(a, b) else 0.0
-    return float(np.dot(a, b) / norms)
+def checked(candidate: Path | OnnxSession, batches: list[dict[str, np.ndarray]], reference: BackgroundOutputs | list[np.ndarray] | None,
+            source: Path, samples: int) -> dict[str, Any]:
+    """The figures of `candidate` on `batches` against the FP32 model `source`: against `reference` (its outputs, or a
+    BackgroundOutputs still running beside the conversion). Outputs of more than OUTPUT_BUDGET values (which the
+    reference did not keep either: the two models' outputs are the same size), or no reference: both models run batch
+    by batch, each batch's outputs dropped once counted."""
+    session = candidate if isinstance(candidate, OnnxSession) else OnnxSession(candidate)
+    if reference is not None:
+        outputs: list[np.ndarray] = []
+        for feeds in batches:
+            outputs += flatten([session.run(feeds)])
+            if isinstance(reference, BackgroundOutputs) and sum(o.size for o in outputs) > OUTPUT_BUDGET:
+                break
+        else:
+            expected = reference.result() if isinstance(reference, BackgroundOutputs) else reference
+            if expected is not None:
+                return accuracy(expected, outputs, samples)
+        del outputs
+    if isinstance(reference, BackgroundOutputs):
+        reference.result()  # it stopped at the budget: let it end before the FP32 model runs again here
+    fp32, figures = OnnxSession(source), Figures()
+    for feeds in batches:
+        figures.add(flatten([fp32.run(feeds)]), flatten([session.run(feeds)]))
+    return figures.result(samples)
+
+
+class Figures:
+    """max_abs_diff, cosine and cosine_centered accumulated in float64 a chunk at a time. The centred sums are taken
+    about the first chunk's reference mean and moved to the whole mean at the end (exact algebra), so a large common
+    offset (sigmoid scores at 0.57 +- 0.03) costs no precision. A NaN anywhere makes every figure NaN."""
+
+    def __init__(self) -> None:
+        self.values, self.shift, self.equal = 0, None, True
+        self.worst = np.float64(0.0)
+        self.sums = np.zeros(8)  # a.b, a.a, b.b, then about the shift: sum a, sum b, a.b, a.a, b.b
+
+    def add(self, reference: list[np.ndarray], candidate: list[np.ndarray]) -> Figures:
+        if [a.size for a in reference] != [b.size for b in candidate]:
+            raise ValueError(f"{sum(b.size for b in candidate)} output values vs {sum(a.size for a in reference)} of the FP32 model")
+        for a, b in _chunks(reference, candidate):
+            self.shift = float(a.mean()) if self.shift is None else self.shift
+            self.worst = np.maximum(self.worst, np.max(np.abs(a - b)))
+            self.equal = self.equal and bool(np.array_equal(a, b))
+            sa, sb = a - self.shift, b - self.shift
+            self.sums += (a @ b, a @ a, b @ b, sa.sum(), sb.sum(), sa @ sb, sa @ sa, sb @ sb)
+            self.values += a.size
+        return self
+
+    def result(self, samples: int) -> dict[str, Any]:
+        ab, aa, bb, sa, sb, sab, saa, sbb = (float(v) for v in self.sums)
+        n = self.values
+        d = sa / max(1, n)  # the reference's mean, less the shift
+        centred = (sab - d * sa - d * sb + n * d * d, saa - 2 * d * sa + n * d * d, sbb - 2 * d * sb + n * d * d)
+        return {"samples": samples, "max_abs_diff": float(self.worst), "cosine": _cosine((ab, aa, bb), self.equal),
+                "cosine_centered": _cosine(centred, self.equal)}
+
+
+def _chunks(reference: list[np.ndarray], candidate: list[np.ndarray]):
+    for a, b in zip(reference, candidate, strict=True):
+        for start in range(0, a.size, CHUNK):
+            yield a[start:start + CHUNK].astype(np.float64), b[start:start + CHUNK].astype(np.float64)
+
+
+def _cosine(sums: tuple[float, float, float], equal: bool) -> float:
+    """a.b / (|a| |b|) from (a.b, a.a, b.b); 1 for equal outputs (zeros included)."""
+    dot, aa, bb = sums
+    if equal:
+        return 1.0
+    norms = float(np.sqrt(aa * bb))
+    return 0.0 if norms == 0.0 else dot / norms

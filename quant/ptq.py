@@ -120,13 +120,8 @@ def write_checked(model, target: Path, source: Path, reference, held_out: list[d
     or None to run the FP32 model `source` for them."""
 
     from pipeline.core.onnxfile import atomic_onnx, save_onnx
-    from quant.accuracy import BackgroundOutputs, accuracy, model_outputs
+    from quant.accuracy import checked
 
     with atomic_onnx(target) as tmp:
         save_onnx(model, tmp)
-        outputs = model_outputs(tmp, held_out)
-        if isinstance(reference, BackgroundOutputs):
-            expected = reference.result()
-        else:
-            expected = reference if reference is not None else model_outputs(Path(source), held_out)
-        return accuracy(expected, outputs, sum(len(next(iter(b.values()))) for b in held_out))
+        return checked(tmp, held_out, reference, Path(source), sum(len(next(iter(b.values()))) for b in held_out))

@@ -118,7 +118,7 @@ def test_background_outputs_are_the_models_outputs(bert_tiny_opt):
     profile = load_profile("bert-tiny")
     batches = stack_batches(profile, [make_inputs(profile, seed=s) for s in range(8)])
     background = BackgroundOutputs(bert_tiny_opt, batches)
-    np.testing.assert_allclose(background.result(), model_outputs(bert_tiny_opt, batches), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.concatenate(background.result()), np.concatenate(model_outputs(bert_tiny_opt, batches)), rtol=1e-6, atol=1e-7)
     assert background.served == 1 and background.seconds > 0
 
 

@@ -82,17 +82,12 @@ def accuracy(candidate: Path | OnnxSession, reference: BackgroundOutputs, batche
     stage (`check_seconds`: the candidate's run, then any wait for the reference), within it the wait
     (`reference_wait_seconds`), and the reference run's own time beside the conversion (`reference_seconds`,
     0 in a stage that reused it), so the check's share of the stage is on record."""
-    from quant.accuracy import accuracy as figures_of
-    from quant.accuracy import model_outputs
+    from quant.accuracy import checked
 
-    started = time.perf_counter()
+    started, waited = time.perf_counter(), reference.waited
     status(f"running the {label} model on {samples} held-out samples")
-    outputs = model_outputs(candidate, batches)
-    status("waiting for the FP32 model's run on the held-out samples")
-    waiting = time.perf_counter()
-    expected = reference.result()
-    waited = time.perf_counter() - waiting
-    figures = figures_of(expected, outputs, samples)
+    figures = checked(candidate, batches, reference, reference.path, samples)
+    waited = reference.waited - waited
     return {**figures, "check_seconds": round(time.perf_counter() - started, 3), "reference_wait_seconds": round(waited, 3),
             "reference_seconds": round(reference.seconds, 3) if reference.served == 1 else 0.0}
 
