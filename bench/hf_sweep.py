@@ -4,7 +4,7 @@ maps; its base model where there is one), as a new user would run them: one `pyt
 process per command, its own --out in a temporary folder, one type after another.
 
 Recorded per type in bench/results/hf_sweep.json: the task, each command's outcome (ok, refused:
-exit 2 with one line, internal: anything else), the one line of every refusal, each stage's status
+exit 2 with one line, failed: a stage's check failed (exit 1, its line), internal: anything else), the one line of every refusal, each stage's status
 and its line as the build printed it, and seconds. Runs merge into the file by type, so a sample
 updates its types and keeps the others'; docs/models.md's sweep section is rendered from the file.
 
@@ -52,8 +52,8 @@ def model_types() -> dict[str, str]:
 
 
 def pipeline_command(arguments: list[str], timeout: int) -> tuple[str, str, subprocess.CompletedProcess | None, float]:
-    """Run `python -m pipeline ARGUMENTS`: its outcome (ok, refused: exit 2 with one line, internal,
-    timeout), the line that says why (empty when ok), the process and its seconds."""
+    """Run `python -m pipeline ARGUMENTS`: its outcome (ok, refused: exit 2 with one line, failed: a stage's
+    check failed, exit 1 with why, internal, timeout), the line that says why (empty when ok), the process and its seconds."""
     started = time.perf_counter()
     try:
         run = subprocess.run([sys.executable, "-m", "pipeline", *arguments], cwd=REPO, capture_output=True, text=True, timeout=timeout)
@@ -65,6 +65,8 @@ def pipeline_command(arguments: list[str], timeout: int) -> tuple[str, str, subp
         return "ok", "", run, seconds
     if run.returncode == 2 and errors and "Traceback" not in run.stderr:
         return "refused", errors[0].removeprefix("error: "), run, seconds
+    if run.returncode == 1 and errors and "internal error" not in run.stderr and "Traceback" not in run.stderr:
+        return "failed", errors[-1].removeprefix("error: "), run, seconds  # a stage's check (a gate) failed, with why
     tail = (errors or run.stderr.strip().splitlines() or [f"exit code {run.returncode}"])[-1]
     return "internal", f"exit code {run.returncode}: {tail}", run, seconds
 
@@ -94,7 +96,7 @@ def _stages(out: Path, run: subprocess.CompletedProcess | None) -> dict[str, dic
 
 
 def summary(runs: dict[str, dict]) -> dict[str, dict[str, int]]:
-    """How many types each command left ok, refused, internal or timed out."""
+    """How many types each command left ok, refused, failed, internal or timed out."""
     counts: dict[str, dict[str, int]] = {"init": {}, "build": {}}
     for record in runs.values():
         for command in counts:
