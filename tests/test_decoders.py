@@ -177,8 +177,8 @@ def test_a_saved_reference_keeps_the_top_scores_and_compares_as_the_full_one(tmp
 def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_asked(tmp_path):
     from transformers import AutoConfig, AutoModel
 
-    from pipeline.models.hf import starter_profile
     from pipeline.models.size import check_fits
+    from pipeline.models.starter import starter_profile
 
     (tmp_path / "qwen2.toml").write_text(starter_profile("qwen2", "causal-lm", "qwen2", tmp_path))
     profile = load_profile(str(tmp_path / "qwen2.toml"))

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 
 def init_profile(tmp_path, model_type: str, task: str = "base"):
-    from pipeline.models.hf import starter_profile
+    from pipeline.models.starter import starter_profile
 
     path = tmp_path / f"{model_type}.toml"
     path.write_text(starter_profile(model_type, task, model_type, tmp_path))
@@ -36,6 +36,19 @@ def runs_at_max(profile) -> None:
     model, export_profile = prepare(load_hf_model(profile), profile)
     with torch.no_grad():
         model(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=3, which="max").values()))
+
+
+@pytest.mark.parametrize(("model_type", "lists"), [("mobilevit", {"hidden_sizes": 3}), ("levit", {"hidden_sizes": 3, "depths": 3})])
+def test_a_fixed_stage_count_keeps_its_lists_at_their_length(tmp_path, model_type, lists):
+    """mobilevit's three transformer stages and levit's down_ops (one per stage boundary) refuse two stages: init retries
+    with the per-stage lists at their own length (the widths and depths stay small) instead of refusing."""
+    from transformers import AutoConfig
+
+    profile = init_profile(tmp_path, model_type)
+    fields = dict(profile.model.hf_config)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    assert {key: len(getattr(config, key)) for key in lists} == lists
+    runs_at_max(profile)
 
 
 @pytest.mark.parametrize(

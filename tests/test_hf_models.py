@@ -260,7 +260,7 @@ def test_init_writes_a_starter_profile_that_builds(tmp_path):
 
 
 def test_init_from_a_model_type_and_its_errors(tmp_path):
-    from pipeline.models.hf import starter_profile
+    from pipeline.models.starter import starter_profile
 
     (tmp_path / "vit.toml").write_text(starter_profile("vit", "image-classification", "vit", tmp_path))
     profile = load_profile(str(tmp_path / "vit.toml"))

@@ -59,7 +59,7 @@ def init(
         raise PipelineError(f"{output} exists; choose another -o or remove it")
     from pipeline.core.fileio import write_text
     from pipeline.core.profiles import load_profile
-    from pipeline.models.hf import starter_profile
+    from pipeline.models.starter import starter_profile
 
     name = output.stem if output.suffix == ".toml" else output.name
     text = starter_profile(hf, task.value, name, output.resolve().parent, full_size)

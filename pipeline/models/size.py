@@ -38,11 +38,12 @@ SMALL_IMAGE = 224
 DERIVED_LISTS = {"stage_names", "out_features", "out_indices", "attention_layers"}
 
 
-def small_config_fields(config: Any) -> dict[str, Any]:
+def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     """The fields `init --hf MODEL_TYPE` writes to make `config` small, under the config's own names
     (GPT-2: n_embd, n_layer, ...): SMALL_CONFIG's keys it has (a key it holds as a per-stage list
     keeps the list), its per-stage and per-layer lists cut to SMALL_STAGES entries (depths to 1 block
-    each), rotary dims within the head, images within SMALL_IMAGE, special tokens within the vocabulary."""
+    each; `cut_lists` False: at their length, for an architecture whose stage count is fixed), rotary dims
+    within the head, images within SMALL_IMAGE, special tokens within the vocabulary."""
     defaults = config.to_dict()
     reverse = {standard: own for own, standard in getattr(config, "attribute_map", {}).items()}
     names = {key: reverse.get(key, key) for key in SMALL_CONFIG}
@@ -51,7 +52,8 @@ def small_config_fields(config: Any) -> dict[str, Any]:
                               and not isinstance(getattr(type(config), names[key], None), property)}  # computed (falcon's head_dim)
     if getattr(config, "num_key_value_heads", None) is None:  # a model without GQA takes no such key
         fields.pop(names["num_key_value_heads"], None)
-    fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
+    if cut_lists:
+        fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
     head_dim = SMALL_CONFIG["hidden_size"] // SMALL_CONFIG["num_attention_heads"]
     for key, value in defaults.items():
         if _is_head_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:

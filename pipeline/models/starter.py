@@ -1,0 +1,273 @@
+"""`init --hf SOURCE`: a starter profile for a Hugging Face model (a model_type, random weights from init's
+small config, or a save_pretrained folder), written only once the model built from it runs at the profile's
+max dims. pipeline/models/hf.py loads the model a profile names; this module writes the profile.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from pipeline.core.errors import InputError, PipelineError
+from pipeline.core.profiles import Profile
+from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
+from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
+from pipeline.models.size import small_config_fields
+
+
+def starter_profile(source: str, task: str, name: str, profile_folder: Path, full_size: bool = False) -> str:
+    """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
+    model_type (random weights: a small config unless `full_size`). Inputs come from the config and
+    the task's forward (ids, mask and token types for text, pixel_values for images; a decoder's KV
+    cache as Optimum lays it out), dims from its limits; every choice is commented."""
+    transformers = import_transformers(f"init --hf {source}", InputError)
+    folder = Path(source).expanduser()
+    model: dict[str, Any] = {"task": task, "seed": 0}
+    if folder.is_dir():
+        model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
+    try:
+        return _starter_text(transformers, source, task, name, profile_folder, full_size, folder, model, cut_lists=True)
+    except InputError:
+        if folder.is_dir() or full_size or not _cuts_lists(transformers, source):
+            raise
+    # a fixed number of stages (mobilevit, levit): the per-stage lists at their own length, still a small model
+    return _starter_text(transformers, source, task, name, profile_folder, full_size, folder, model, cut_lists=False)
+
+
+def _cuts_lists(transformers: Any, model_type: str) -> bool:
+    try:
+        default = transformers.AutoConfig.for_model(model_type)
+    except Exception:  # noqa: BLE001 - refused already, with its line
+        return False
+    return small_config_fields(default) != small_config_fields(default, cut_lists=False)
+
+
+def _starter_text(transformers: Any, source: str, task: str, name: str, profile_folder: Path, full_size: bool, folder: Path,
+                  model: dict[str, Any], cut_lists: bool) -> str:
+    config, hf_config = _starter_config(transformers, source, folder, full_size, cut_lists)
+    if config.is_encoder_decoder:
+        raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
+                         "and its decoder with past as two models in one build is not supported yet: write a factory returning "
+                         "model.get_encoder() (inputs input_ids, attention_mask) to deploy the encoder, or choose a decoder-only model")
+    try:
+        model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
+        model_class = model_class[0] if isinstance(model_class, tuple) else model_class  # funnel: (FunnelModel, FunnelBaseModel), as transformers picks
+    except (KeyError, ValueError) as err:  # ValueError: a class transformers maps but does not have (voxtral_realtime_text)
+        raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
+    try:
+        dims, inputs, decoder = _starter_inputs(source, model_class, config, small=bool(hf_config) and not full_size)
+    except PipelineError:
+        raise
+    except Exception as err:  # noqa: BLE001 - transformers' config and model, not ours (a composite config has no num_channels, ...)
+        raise InputError(f"init --hf {source}: cannot derive {model_class.__name__}'s inputs from its config ({type(err).__name__}: {short_error(err)}); "
+                         f"{_parts(config)}write its [[inputs]] by hand (see docs/models.md)") from err
+    document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder)
+    if not full_size:  # a default config's model may not fit this machine: its user sizes it
+        _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
+    return tomlkit.dumps(document)
+
+
+def _parts(config: Any) -> str:
+    """For a composite config (a vision-language model: text_config, vision_config): the model types
+    of its parts, which init writes profiles for one at a time."""
+    parts = {name: getattr(getattr(config, name, None), "model_type", None) for name in getattr(config, "sub_configs", None) or {}}
+    named = [f"{name} is {kind}" for name, kind in parts.items() if kind]
+    return f"it combines models ({', '.join(named)}): init --hf one of those, or " if named else ""
+
+
+def _starter_config(transformers: Any, source: str, folder: Path, full_size: bool, cut_lists: bool) -> tuple[Any, dict[str, Any]]:
+    """The config of a save_pretrained folder, or of a model_type (init's small config unless
+    `full_size`) with the hf_config fields the profile writes for it."""
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder)) if folder.is_dir() else transformers.AutoConfig.for_model(source)
+    except (OSError, ValueError) as err:
+        raise InputError(f"init --hf {source}: neither a folder written by save_pretrained nor a model_type transformers knows ({short_error(err)})") from err
+    except Exception as err:  # noqa: BLE001 - transformers' own validation of its default config
+        raise InputError(f"init --hf {source}: transformers cannot make its config ({type(err).__name__}: {short_error(err)}); "
+                         "there is no default to start from: write its hf_config by hand") from err
+    if folder.is_dir():
+        return config, {}
+    config, small = (config, {}) if full_size else _small_config(transformers, source, config, cut_lists)
+    return config, {"model_type": source, **small}
+
+
+def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool) -> None:
+    """Build the model the starter profile describes and run it once on inputs at the profile's max
+    dims (a checkpoint's at batch 1): a profile `init` writes works. An encoder's seq max is first
+    lowered to the longest sequence the model takes, found by trying (xlm-roberta's positions start
+    after its padding index). A model that does not build or run is refused in one line."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    profile = Profile.model_validate({**document.unwrap(), "source": path})
+    model: Any = None
+    try:
+        model = load_hf_model(profile)
+        with torch.no_grad():
+            if not decoder and "seq" in profile.dims:
+                longest = _longest_sequence(model, profile)
+                if longest < profile.dims["seq"].max:
+                    seq = document["dims"]["seq"]
+                    seq["max"], seq["opt"], seq["min"] = longest, min(seq["opt"], longest), min(seq["min"], longest)
+                    seq.comment(f"the longest sequence {type(model).__name__} takes")
+                    profile = Profile.model_validate({**document.unwrap(), "source": path})
+            bound, export_profile = prepare(model, profile)
+            sizes = {"batch": 1} if checkpoint else None
+            bound(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=0, which="max", dims=sizes).values()))
+    except PipelineError as err:
+        raise InputError(f"init --hf {source}: {str(err).removeprefix(f'{path}: ')}") from err
+    except Exception as err:  # noqa: BLE001 - transformers' model, not ours: any failure is the model's limit
+        raise InputError(f"init --hf {source}: transformers' {type(model).__name__ if model is not None else 'model'} does not run on "
+                         f"the profile init would write ({type(err).__name__}: {short_error(err)}); "
+                         "write its config and [[inputs]] by hand (see docs/models.md)") from err
+
+
+def _longest_sequence(model: Any, profile: Profile) -> int:
+    """The longest seq (<= dims.seq.max) the model runs at batch 1, bisected when seq max fails; seq max
+    when even seq min fails (the error is then not the length's, and the caller's run reports it)."""
+    import torch
+
+    from pipeline.core.samples import make_inputs
+
+    def runs(seq: int) -> bool:
+        feeds = make_inputs(profile, seed=0, dims={"batch": 1, "seq": seq})
+        try:
+            model(**{name: torch.from_numpy(array) for name, array in feeds.items()})
+        except Exception:  # noqa: BLE001 - any failure: this length is not accepted
+            return False
+        return True
+
+    low, high = profile.dims["seq"].min, profile.dims["seq"].max
+    if runs(high) or not runs(low):
+        return high
+    while high - low > 1:  # low runs, high does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if runs(middle) else (low, middle)
+    return low
+
+
+# The small config's width and depth (under any config's names): never left at a default width.
+SIZE_KEYS = {"hidden_size", "num_hidden_layers", "n_embd", "d_model", "n_layer", "num_layers"}
+
+
+def _small_config(transformers: Any, model_type: str, default: Any, cut_lists: bool) -> tuple[Any, dict[str, Any]]:
+    """The model_type's config with init's small fields, and those fields. A field the config's
+    validation names is left at its default and the rest tried again, never the width or depth (a
+    default width is no small model: mamba2's forward took 10 GB); a refusal naming no other field
+    of ours is one line."""
+    try:
+        small = small_config_fields(default, cut_lists)
+        for _ in range(len(small)):
+            try:
+                return transformers.AutoConfig.for_model(model_type, **small), small
+            except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
+                named = [key for key in small if key in str(err) and key not in SIZE_KEYS]
+                if not named:
+                    raise
+                small = {key: value for key, value in small.items() if key not in named}
+        return transformers.AutoConfig.for_model(model_type, **small), small
+    except Exception as err:  # noqa: BLE001 - as above; or a config that refuses global per-layer reads
+        raise InputError(f"init --hf {model_type}: its config does not take init's small sizes ({type(err).__name__}: {short_error(err)}); "
+                         "there is no small config for it: write its hf_config by hand, or use --full-size") from err
+
+
+def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, decoder: bool):
+    """The starter profile as a TOML document: every choice commented."""
+    document = tomlkit.document()
+    document.add(tomlkit.comment(f"Starter profile for {what}."))
+    document.add(tomlkit.comment("Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt)."))
+    document.add("name", name)
+    document.add("model", _table(model, "hf: written by save_pretrained, relative to this file" if "hf" in model else ""))
+    if hf_config:
+        small = "; a small config written by init, not the model's default sizes (init --full-size writes those)" if len(hf_config) > 1 else ""
+        document["model"].add("hf_config", _table(hf_config, "random weights from this config: set the sizes of your model" + small))
+    document.add("dims", tomlkit.table(True))
+    for dim, (low, opt, high) in dims.items():
+        document["dims"].add(dim, _table({"min": low, "opt": opt, "max": high}))
+    rows = tomlkit.aot()
+    for row, comment in inputs:
+        rows.append(_table(row, comment))
+    document.add("inputs", rows)
+    export = {"exporter": "dynamo", "opset": 20, **({"cache": "with-past"} if decoder else {})}
+    document.add("export", _table(export, 'cache "with-past": one graph for prefill (past_seq = 0) and decode; "none": no KV cache' if decoder else ""))
+    return document
+
+
+def _table(values: dict[str, Any], comment: str = ""):
+    table = tomlkit.table()
+    table.update(values)
+    if comment:
+        table.comment(comment)
+    return table
+
+
+def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> tuple[dict, list[tuple[dict, str]], bool]:
+    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache
+    (`small`: init's small config)."""
+    accepted = inspect.signature(model_class.forward).parameters
+    if "pixel_values" in accepted:
+        size = getattr(config, "image_size", 224)
+        size = size if isinstance(size, int) else size[0]
+        pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", config.num_channels, size, size]}
+        return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
+    if "input_ids" not in accepted:
+        raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
+    decoder = _returns_cache(model_class, config, small)
+    positions = max_positions(config) or 512
+    longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
+    dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
+    inputs = [({"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.vocab_size]}, "token ids inside the vocabulary")]
+    if "attention_mask" in accepted:
+        inputs.append(({"name": "attention_mask", "dtype": "int64", "shape": ["batch", "seq"], "fill": "mask"}, "1 for tokens, 0 for padding at the end"))
+    if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
+        inputs.append(({"name": "token_type_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.type_vocab_size]}, "segment ids"))
+    if decoder:
+        dims, inputs = _with_past_inputs(dims, inputs, model_class, config)
+    return dims, inputs, decoder
+
+
+# A small config's model with at most this many parameters is tried on the CPU, not the meta device.
+CPU_TRY_PARAMETERS = 50_000_000
+
+
+def _returns_cache(model_class: Any, config: Any, small: bool) -> bool:
+    """The model returns a KV cache (pipeline/models/decoder.py), tried on the meta device (no memory,
+    any size), or for a small config on the CPU: a forward meta tensors cannot run (a MoE's routing)
+    would read as no cache."""
+    import torch
+
+    if "past_key_values" not in inspect.signature(model_class.forward).parameters:
+        return False
+    with torch.device("meta"):
+        model = model_class(config)
+    if small and sum(p.numel() for p in model.parameters()) <= CPU_TRY_PARAMETERS:
+        model = model_class(config)
+    return returns_cache(model)
+
+
+def _with_past_inputs(dims: dict, inputs: list, model_class: Any, config: Any) -> tuple[dict, list]:
+    """A decoder's starter dims and inputs with its KV cache, read from the model built on the meta device
+    (pipeline/models/decoder.py lays them out)."""
+    import torch
+
+    comments = {"input_ids": "new token ids", "attention_mask": "1 per past and new token, 0 for padding",
+                "position_ids": "positions of the new tokens", "past_key_values": "the KV cache: [batch, kv_heads, past_seq, head_dim]"}
+    base = Profile.model_validate({"name": "starter", "model": {"hf_config": {"model_type": config.model_type}},
+                                   "dims": {d: {"min": lo, "opt": op, "max": hi} for d, (lo, op, hi) in dims.items()},
+                                   "inputs": [row for row, _ in inputs]})
+    with torch.device("meta"):
+        derived = with_past_profile(base, model_class(config))
+    rows = []
+    for spec in derived.inputs:
+        row = {"name": spec.name, "dtype": spec.dtype, "shape": list(spec.shape)}
+        if spec.range:
+            row["range"] = [int(spec.range[0]), int(spec.range[1])]
+        elif spec.fill != "random":
+            row["fill"] = spec.fill
+        rows.append((row, comments.get(spec.name.split(".")[0], "")))
+    return {d: (r.min, r.opt, r.max) for d, r in derived.dims.items()}, rows
