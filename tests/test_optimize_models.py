@@ -153,3 +153,27 @@ def test_optimize_cli_stats_and_bad_input(tmp_path, bert_tiny_torchscript):
     assert bad.returncode == 2 and "no such ONNX file" in bad.stderr
     unknown = run_cli("optimize", str(bert_tiny_torchscript), "-o", str(tmp_path / "x.onnx"), "--rules", "fuse-everything")
     assert unknown.returncode == 2 and "unknown rule fuse-everything" in unknown.stderr and not (tmp_path / "x.onnx").exists()
+
+
+def test_the_optimize_check_scales_with_the_outputs_magnitude(tmp_path):
+    """float32 rounding grows with the values (levit's logits: a reordered scale moved them by 2e-4): above 1, the
+    difference is measured against the output's largest magnitude, as export's tolerance is."""
+    from onnx import TensorProto, helper
+
+    from pipeline.core.verify import differences
+
+    def scaled(path, factor):
+        onnx.save(helper.make_model(helper.make_graph(
+            [helper.make_node("Mul", ["x", "k"], ["y"], name="scale")], "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+            [helper.make_tensor("k", TensorProto.FLOAT, [], [factor])]), opset_imports=[helper.make_opsetid("", 20)]), str(path))
+
+    scaled(tmp_path / "a.onnx", 1000.0)
+    scaled(tmp_path / "b.onnx", 1000.0 * (1 + 2e-6))
+    feeds = [{"x": np.linspace(0.5, 1.0, 32, dtype=np.float32).reshape(4, 8)}]
+    absolute, relative = differences(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds)
+    assert absolute == pytest.approx(2e-3, rel=0.05) and relative == pytest.approx(2e-6, rel=0.05)
+    scaled(tmp_path / "c.onnx", 0.5)
+    scaled(tmp_path / "d.onnx", 0.5 + 1e-4)
+    assert differences(tmp_path / "c.onnx", tmp_path / "d.onnx", feeds)[0] == differences(tmp_path / "c.onnx", tmp_path / "d.onnx", feeds)[1], \
+        "below 1 the difference is absolute"

@@ -162,7 +162,7 @@ class OptimizeSection(_Section):
 
     rules: list[str] | None = Field(default=None, description="only these rules (default: all)")
     skip_rules: list[str] = Field(default_factory=list)
-    tolerance: float = Field(default=1e-5, gt=0, description="max |input - optimized| on onnxruntime CPU")
+    tolerance: float = Field(default=1e-5, gt=0, description="max |input - optimized| on onnxruntime CPU, times the output's largest magnitude where above 1")
 
 
 GATES = ("min_cosine", "min_token_agreement")  # accuracy gates a profile sets per precision

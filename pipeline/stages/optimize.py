@@ -11,7 +11,7 @@ def run_optimize(job: Job) -> StageResult:
     from pipeline.core.errors import StageFailed
     from pipeline.core.onnxfile import atomic_onnx
     from pipeline.core.samples import check_sizes, make_inputs
-    from pipeline.core.verify import compare_models
+    from pipeline.core.verify import differences
     from pipeline.optimize import optimize_file
 
     profile = job.settings.profile
@@ -21,10 +21,11 @@ def run_optimize(job: Job) -> StageResult:
         job.status("applying rewrite rules")
         result = optimize_file(source, tmp, settings.rules, settings.skip_rules)
         job.status("comparing with the input model on onnxruntime (CPU)")
-        diff = compare_models(source, tmp, feed_sets)
-        if not diff <= settings.tolerance:
+        diff, scaled = differences(source, tmp, feed_sets)
+        if not scaled <= settings.tolerance:
+            scaled_text = f" ({scaled:.3g} divided by the output's largest magnitude)" if diff > scaled else ""
             raise StageFailed(
-                f"optimize: the optimized model differs from its input by max_abs_diff={diff:.3g} > {settings.tolerance:g}; "
+                f"optimize: the optimized model differs from its input by max_abs_diff={diff:.3g}{scaled_text} > {settings.tolerance:g}; "
                 f"last rules applied: {', '.join(result.last_rules()) or 'none'}; skip them with [optimize] skip_rules in the profile"
             )
         generation = generation_figures(job, tmp, "optimize")
