@@ -205,7 +205,8 @@ def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum
         job.status(f"repair: trying with {len(kept)} node{'s' * (len(kept) != 1)} kept in higher precision")
         result = convert_kept(kept, path)
         figures = figures_of(result, path)
-        return Trial(kept, path, figures, figures["cosine_centered"] >= minimum, result)
+        passed = figures["cosine_centered"] >= minimum
+        return Trial(kept, path, figures, passed, result if passed else None)  # a failed trial's session and its arena go now
 
     with tempfile.TemporaryDirectory(dir=job.out, prefix=".repair-") as folder:
         found = search(first, attempt_seconds, ranking(source, batches, Path(folder)), trial, compute_nodes(load_onnx(source)), minimum)
