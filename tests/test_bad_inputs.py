@@ -132,6 +132,7 @@ DECODER_PROFILES = {
                                      '[export]\ncache = "with-past"'),
     "llama-layer7.toml": _hf_profile(LLAMA, past=True),
     "llama-many-tokens.toml": _hf_profile(LLAMA, '[export]\nnew_tokens = 100'),
+    "llama-past-too-long.toml": _hf_profile(LLAMA, '[dims.past_seq]\nmin = 0\nopt = 8\nmax = 57'),
     "llama-full-size.toml": _hf_profile('model_type = "llama"'),
     "batch-min-0.toml": _hf_profile(LLAMA).replace("[dims.batch]\nmin = 1", "[dims.batch]\nmin = 0"),
 }
@@ -304,6 +305,8 @@ CASES = {
                                                     "the cache inputs must be past_key_values.{i}.key and .value for i in 0..1"),
     "more new tokens than the cache holds": Case(("export", "--profile", "llama-many-tokens.toml", "-o", "m.onnx"),
                                                  "export.new_tokens = 100 does not fit dims.past_seq.max = 8"),  # the cache up to seq max (8): no [dims.past_seq]
+    "a cache longer than the model's positions": Case(("export", "--profile", "llama-past-too-long.toml", "-o", "m.onnx"),
+                                                      "dims.past_seq.max = 57: the model takes 64 positions, 56 of them beside dims.seq.max = 8; set it to 56 or less"),
     "a 7B default config": Case(("export", "--profile", "llama-full-size.toml", "-o", "m.onnx"), "M parameters, "),
     "build --min-token-agreement without a precision": Case(("build", "--min-token-agreement", "0.5"), "--min-token-agreement is the generation gate"),
     "a dim other than past_seq at 0": Case(("export", "--profile", "batch-min-0.toml", "-o", "m.onnx"), "dims.batch.min: 0 is allowed only for past_seq"),
