@@ -5,12 +5,13 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
 from pipeline.cli.app import app, stdout_console
 from pipeline.core.errors import PipelineError
+from pipeline.core.profiles import HfTask as ProfileTask
 
 
 @app.command(
@@ -30,13 +31,7 @@ def profiles() -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-class HfTask(str, Enum):
-    base = "base"
-    sequence_classification = "sequence-classification"
-    token_classification = "token-classification"
-    masked_lm = "masked-lm"
-    causal_lm = "causal-lm"
-    image_classification = "image-classification"
+HfTask = Enum("HfTask", {task.replace("-", "_"): task for task in get_args(ProfileTask)}, type=str)  # the profile's tasks
 
 
 @app.command(

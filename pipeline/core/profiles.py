@@ -30,7 +30,8 @@ def packaged_profiles() -> Path:
     return Path(str(files("pipeline.profiles")))
 
 Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
-HfTask = Literal["base", "sequence-classification", "token-classification", "masked-lm", "causal-lm", "image-classification"]
+HfTask = Literal["base", "sequence-classification", "token-classification", "masked-lm", "causal-lm", "image-classification",
+                 "seq2seq-lm", "speech2seq-lm"]
 
 
 class _Section(BaseModel):
@@ -155,6 +156,9 @@ class ExportSection(_Section):
         default=None, description="a decoder's KV cache: with-past (inputs past_key_values.*, outputs present.*) or none "
                                   "(use_cache=False) [default: with-past for a model that returns a cache]")
     new_tokens: int = Field(default=16, ge=1, le=1024, description="greedy tokens the generation check decodes (decoders)")
+    part: Literal["encoder", "decoder"] | None = Field(
+        default=None, description="of an encoder-decoder (task seq2seq-lm, speech2seq-lm), the sub-model this build makes "
+                                  "[default: both, each in a folder of its own]")
 
 
 class OptimizeSection(_Section):

@@ -30,6 +30,8 @@ AUTO_CLASSES = {
     "masked-lm": "AutoModelForMaskedLM",
     "causal-lm": "AutoModelForCausalLM",
     "image-classification": "AutoModelForImageClassification",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM",
+    "speech2seq-lm": "AutoModelForSpeechSeq2Seq",
 }
 
 
