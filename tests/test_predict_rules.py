@@ -87,10 +87,37 @@ def test_trt8_runs_a_gemm_as_a_convolution_with_a_shuffle_after_it():
     g = Graph()
     x = g.op("Flatten", [g.op("GlobalAveragePool", [g.conv(image(g), "conv")], "gap")], "flatten")
     out = g.op("Gemm", [x, g.weight("fc.weight", (4, 8)), g.weight("fc.bias", (4,))], "fc", transB=1)
-    layers = run(g.model(out), trt_major=8).layers
+    layers = [layer for layer in run(g.model(out), trt_major=8).layers if layer.origin != "REFORMAT"]  # copies: fc-format-copy
     assert [(layer.type, layer.name) for layer in layers[-2:]] == [("CaskConvolution", "fc"), ("NoOp", "reshape_after_fc")]
     assert not any(layer.myelin for layer in layers)
     assert run(g.model(out), trt_major=10).layers[-1].myelin  # 10.x: the GEMM runs in Myelin
+
+
+def fc_head(g: Graph, quantized: bool = False) -> str:
+    """Convolution, global average pooling, Flatten and a Gemm: an image network's head."""
+    x = g.qdq(image(g), name="input") if quantized else image(g)
+    pooled = g.op("Flatten", [g.op("GlobalAveragePool", [g.conv(x, "conv", quantized=quantized)], "gap")], "flatten")
+    if quantized:
+        return g.op("Gemm", [g.qdq(pooled, name="pooled"), g.qweight("fc", (4, 8)), g.weight("fc.bias", (4,))], "fc", transB=1)
+    return g.op("Gemm", [pooled, g.weight("fc.weight", (4, 8)), g.weight("fc.bias", (4,))], "fc", transB=1)
+
+
+@covers("fc-format-copy")
+def test_trt8_copies_a_float_fc_output_to_linear_before_its_shuffle():
+    copy = "Reformatting CopyNode for Input Tensor 0 to reshape_after_fc"
+    g = Graph()
+    out = fc_head(g)
+    fp32 = run(g.model(out), trt_major=8)
+    assert [(layer.type, layer.name) for layer in fp32.layers[-3:]] == [("CaskConvolution", "fc"), ("NoOp", copy), ("NoOp", "reshape_after_fc")]
+    assert ("fc-format-copy", "fc") in reasons(fp32, "copy") and any("[fc-format-copy]" in line for line in fp32.findings)
+    fp16 = [layer.name for layer in run(g.model(out), trt_major=8, precision="fp16").layers]
+    assert fp16[-3:] == [copy, "reshape_after_fc", "Reformatting CopyNode for Output Tensor 0 to reshape_after_fc"]  # the FP32 output's last
+    g = Graph()
+    int8 = run(g.model(fc_head(g, quantized=True)), trt_major=8).layers
+    assert int8[-2].onnx_nodes[-1] == "fc" and int8[-2].precision == "INT8" and int8[-1].name == "reshape_after_fc"  # INT8: no copy
+    g = Graph()
+    out = g.op("Gemm", [g.input("x", [1, 8]), g.weight("fc.weight", (4, 8)), g.weight("fc.bias", (4,))], "fc", transB=1)
+    assert [layer.name for layer in run(g.model(out), trt_major=8).layers] == ["fc", "reshape_after_fc"]  # nothing vectorized before it
 
 
 @covers("pointwise-fusion", "shuffle-layer")

@@ -91,7 +91,7 @@ def _findings(reasons: list) -> list[str]:
         groups.setdefault((reason.kind, reason.rule), []).append(reason)
     what = {"standalone": ("standalone Q/DQ layer", "standalone Q/DQ layers"), "cut": ("Myelin region cut", "Myelin region cuts"),
             "float": ("layer left in float or unfused", "layers left in float or unfused"),
-            "boundary": ("Myelin region boundary", "Myelin region boundaries")}
+            "boundary": ("Myelin region boundary", "Myelin region boundaries"), "copy": ("format copy layer", "format copy layers")}
     for (kind, rule_id), found in groups.items():
         known = rule(rule_id)
         nodes = list(dict.fromkeys(f"{r.layer} (by {r.node})" if r.layer and r.layer != r.node else r.node for r in found))

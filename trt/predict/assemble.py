@@ -1,6 +1,6 @@
 """The predicted engine as the plan a real engine is read into (trt/plan.py): layers named and typed as
 TensorRT names them, in graph order, with the layers TensorRT adds (I/O reformats, 8.x's shuffle after a
-fully connected layer, the cast of INT64 indices), and the reasons for every standalone Q/DQ layer, every
+fully connected layer and the format copy before it, the cast of INT64 indices), and the reasons for every standalone Q/DQ layer, every
 layer left in float and every Myelin region boundary."""
 
 from __future__ import annotations
@@ -87,7 +87,21 @@ class Assembly:
         layer_type = LAYER_TYPES.get(group.kind, g.by_name[group.anchor].op_type)
         self._add(Layer(name, layer_type, list(group.nodes), precision=self._precision(group)), group.nodes)
         if group.kind == "fc":  # [PARSER] 8.x: the 1x1 convolution's output shuffled back to the GEMM's shape
+            self._fc_format_copy(group)
             self._add(Layer(f"reshape_after_{group.anchor}", "NoOp", [], precision=self._precision(group)), [])
+
+    def _fc_format_copy(self, group: Group) -> None:
+        """[`fc-format-copy`] A float fully connected layer on what convolutions or pooling computed writes their
+        vectorized format; the shuffle after it reads linear memory: a copy between them."""
+        if group.int8_in or group.anchor in self.built.quantization.int8:
+            return
+        gemm = self.g.by_name[group.anchor]
+        source = self._producing_layer(self.g.computed(gemm)[0]) if self.g.computed(gemm) else None
+        if source is None or source.type not in ("CaskConvolution", "CaskPooling"):
+            return
+        name = f"Reformatting CopyNode for Input Tensor 0 to reshape_after_{group.anchor}"
+        self._add(Layer(name, "NoOp", [], origin="REFORMAT", precision=self.target.float_precision), [])
+        self.reasons.append(Reason("copy", "fc-format-copy", group.anchor, layer=name))
 
     def _precision(self, group: Group) -> str:
         quantized = group.int8_in or group.anchor in self.built.quantization.int8
@@ -121,7 +135,7 @@ class Assembly:
             producer = self._producing_layer(tensor)
             if onnx_type == 1 and producer is not None and producer.precision in ("FP16", "BF16"):
                 at, name = self._place_of(producer, first=False)
-                if at < len(self.layers) and self.layers[at].type == "NoOp":
+                while at < len(self.layers) and self.layers[at].type == "NoOp":  # an 8.x FC's copy and shuffle come first
                     at, name = at + 1, self.layers[at].name
                 self.layers.insert(at, Layer(f"Reformatting CopyNode for Output Tensor 0 to {name}", "Reformat", [], origin="REFORMAT",
                                              precision="FP32", mapping=MAPPING_METADATA))

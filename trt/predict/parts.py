@@ -29,7 +29,8 @@ class Reason:
     """Why the prediction has a layer it would rather not, or where a Myelin region ends.
 
     kind: "standalone" (a Q/DQ runs as its own layer), "float" (a layer runs in float or without a fusion),
-    "cut" (a Myelin region is cut there), "boundary" (a region ends at a layer that never runs in Myelin)."""
+    "cut" (a Myelin region is cut there), "boundary" (a region ends at a layer that never runs in Myelin), "copy" (TensorRT
+    copies a tensor into another format)."""
 
     kind: str
     rule: str

@@ -6,7 +6,8 @@ in pipeline/core/qdq.py `RULES`, and `rule(id)` reads both tables.
 Sources: [FC] Layer Fusion Catalog, [EQ] Explicit Quantization, [FA] Fused Attention (TensorRT Developer
 Guide; pipeline/core/qdq.py gives the addresses), [2576] TensorRT issue 2576 (the maintainers on when Myelin
 is used), [PARSER] the ONNX parser's importers (onnx-tensorrt: the layers it adds, named in engines
-`reshape_after_<Gemm>`, `copied_squeeze_after_...`, `ONNXTRT_castHelper`).
+`reshape_after_<Gemm>`, `copied_squeeze_after_...`, `ONNXTRT_castHelper`), [2136] TensorRT issue 2136 (why TensorRT
+inserts Reformat layers).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pipeline.core.qdq import ACTIVATION_OPS, EQ, FA, FC, RULES, Rule
 
 ISSUE_2576 = "TensorRT issue 2576 (maintainers: Myelin does the pointwise and MHA fusions; with an MHA pattern TensorRT offloads the network to it)"
 PARSER = "the ONNX parser's importers (onnx-tensorrt), whose layers engines name"
+ISSUE_2136 = ("TensorRT issue 2136 (maintainers: network I/O is linear FP32, many tactics need formats like NHWC8 or NC/32HW32, "
+              "and TensorRT inserts Reformat layers between them)")
 
 # ---------------------------------------------------------------- op families
 
@@ -66,6 +69,11 @@ FUSION_RULES = {r.id: r for r in (
          f"{FC}: reduce to pooling (average reduce over H and W)", "nothing to change"),
     Rule("fc-as-convolution", "TensorRT 8.x runs a Gemm/MatMul with constant weights outside Myelin as a 1x1 convolution, with a NoOp shuffle "
          "back to the ONNX shape after it", f"{PARSER} (`reshape_after_<Gemm>`, `copied_squeeze_after_...`)", "nothing to change"),
+    Rule("fc-format-copy", "TensorRT 8.x, float build: a fully connected layer run as a 1x1 convolution on what convolutions or pooling "
+         "computed gets their channel-vectorized format (FP16 `channel % 8`, TF32 channel-major); the shuffle back to the GEMM's shape reads "
+         "linear memory, so a copy to linear runs between them (`Reformatting CopyNode for Input Tensor 0 to reshape_after_<Gemm>`)",
+         f"{ISSUE_2136}; every 8.x float engine with such a head: the corpus' ResNet-18 and ResNet-50 FP32 and FP16, TensorRT issue 3679 (FP16)",
+         "nothing to change: a NoOp copy when the channels fill the vector (an INT8 head's format varies: none predicted)"),
     Rule("pointwise-fusion", "adjacent pointwise ops no other layer takes run as one PointWise layer `PWN(...)`",
          f"{FC}: pointwise fusion", "nothing to change"),
     Rule("shuffle-layer", "a Transpose (or a data movement) outside Myelin that no neighbour absorbs runs as a Shuffle layer",
