@@ -98,6 +98,12 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         if generates(module):
             status("generation check: greedy decoding on onnxruntime vs torch")
             generation = _check_generation(profile, module, tmp, session, generation_reference)
+        elif profile.export.part == "decoder":  # an encoder-decoder's decoder, on the torch encoder's output
+            from pipeline.models.seq2seq import check_decoder_generation
+
+            status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's output")
+            with _one_thread(torch):
+                generation = check_decoder_generation(given, profile, module, session, generation_reference)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
 
 
