@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import ProfileError, first_line
+from pipeline.core.generation import Runner
 from pipeline.core.profiles import InputSpec, Profile
 
 SEQ2SEQ_TASKS = ("seq2seq-lm", "speech2seq-lm")
@@ -188,14 +189,11 @@ def start_ids(model: Any, rows: int, profile: Profile) -> np.ndarray:
     return np.full((rows, 1), start, dtype=np.int64)
 
 
-def check_decoder_generation(given: Profile, profile: Profile, model: Any, session: Any, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch and with the exported decoder (`session`) on the torch encoder's output for the
+def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch_run: Runner, session: Any, reference_path: Path | None) -> dict[str, Any]:
+    """Greedy decoding with torch (`torch_run`: the model's decoder forward) and with the exported decoder (`session`) on the torch encoder's output for the
     encoder profile `given`'s inputs: the tokens must agree exactly. torch's run, with the encoder's inputs and outputs
     it fed, is saved to `reference_path` (if given) for later stages and `end_to_end_generation`."""
-    import torch
-
     from pipeline.core.generation import compare, greedy, require_exact, save_reference
-    from pipeline.models.module import flatten_outputs, run_module
 
     started = time.perf_counter()
     encoder_inputs = generation_inputs(given)
@@ -203,12 +201,6 @@ def check_decoder_generation(given: Profile, profile: Profile, model: Any, sessi
     if any(spec.name == "encoder_attention_mask" for spec in profile.inputs):
         fixed["encoder_attention_mask"] = encoder_inputs["attention_mask"]
     prompt = start_ids(model, len(fixed["encoder_hidden_states"]), profile)
-    names = [spec.name for spec in profile.inputs]
-
-    def torch_run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        output = run_module(model, tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names), profile)
-        return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
-
     reference = greedy(torch_run, profile, ids=prompt, fixed=fixed)
     figures = compare(reference, greedy(session.run_named, profile, ids=prompt, fixed=fixed))
     require_exact(figures, "export", "torch's")
