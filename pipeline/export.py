@@ -26,6 +26,7 @@ from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
 from pipeline.core.verify import OnnxSession
+from pipeline.models.decoder import derived_inputs
 from pipeline.models.module import build_module, flatten_outputs, run_module
 
 Status = Callable[[str], None]
@@ -93,15 +94,12 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         session = OnnxSession(tmp)  # one session for the file: the verification and the generation check
         result = _verify(profile, module, tmp, exporter, session)
         generation = _generation(given, profile, module, tmp, session, generation_reference, status)
-    from pipeline.models.decoder import derived_inputs
-
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
 
 
 def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None,
                 status: Status) -> dict[str, Any] | None:
-    """The generation check of a decoder, or of an encoder-decoder's decoder part (on the torch encoder's output for the
-    user's profile `given`), else None."""
+    """The generation check of a decoder, or of an encoder-decoder's decoder part (on the encoder's output for `given`'s inputs)."""
     import torch
 
     from pipeline.models.decoder import generates
