@@ -137,3 +137,12 @@ def test_a_part_of_a_model_without_parts_is_refused_in_one_line(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "export.part = 'decoder': only a Hugging Face encoder-decoder has parts" in done.stderr + done.stdout
     assert "Traceback" not in done.stderr and not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_whisper_features_of_another_length_are_refused_in_one_line(tmp_path):
+    """Whisper's encoder takes 2 x max_source_positions frames and no other number: said before anything is exported."""
+    text = part_profile("whisper", "decoder").replace('["batch", 16, 64]', '["batch", 16, 60]')
+    done = run_cli("build", "--profile", str(write_profile(tmp_path, text)), "--until", "export", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "does not run on input_features [1, 16, 60]" in done.stderr and "expects the mel input features to be of length 64" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out" / "model.onnx").exists()
