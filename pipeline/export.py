@@ -92,13 +92,30 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         status("verifying against torch on onnxruntime (CPU)")
         session = OnnxSession(tmp)  # one session for the file: the verification and the generation check
         result = _verify(profile, module, tmp, exporter, session)
-        from pipeline.models.decoder import derived_inputs, generates
+        generation = _generation(given, profile, module, tmp, session, generation_reference, status)
+    from pipeline.models.decoder import derived_inputs
 
-        generation = None
-        if generates(module):
-            status("generation check: greedy decoding on onnxruntime vs torch")
-            generation = _check_generation(profile, module, tmp, session, generation_reference)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None,
+                status: Status) -> dict[str, Any] | None:
+    """The generation check of a decoder, or of an encoder-decoder's decoder part (on the torch encoder's output for the
+    user's profile `given`), else None."""
+    import torch
+
+    from pipeline.models.decoder import generates
+
+    if generates(module):
+        status("generation check: greedy decoding on onnxruntime vs torch")
+        return _check_generation(profile, module, onnx_path, session, reference_path)
+    if profile.export.part != "decoder":
+        return None
+    from pipeline.models.seq2seq import check_decoder_generation
+
+    status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's output")
+    with _one_thread(torch):
+        return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
 
 
 def _output_names(module: Any, example: tuple, profile: Profile) -> list[str]:
@@ -117,12 +134,7 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
 
     from pipeline.core.generation import compare, embedding_head, greedy, require_exact, save_reference
 
-    names = [spec.name for spec in profile.inputs]
-
-    def torch_run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        output = run_module(module, tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names), profile)
-        return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
-
+    torch_run = _torch_runner(module, profile)
     head = None if "logits" in session.outputs else embedding_head(onnx.load(str(onnx_path)))  # a base model: decoded through its embedding
     started = time.perf_counter()
     with _one_thread(torch):
@@ -132,6 +144,19 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
     if reference_path is not None:
         save_reference(reference_path, reference, head)
     return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
+
+
+def _torch_runner(module: Any, profile: Profile) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The module as the generation loop runs a model: feeds by input name -> outputs by name."""
+    import torch
+
+    names = [spec.name for spec in profile.inputs]
+
+    def torch_run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        output = run_module(module, tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names), profile)
+        return {name: t.numpy() for name, t in flatten_outputs(output, profile)}
+
+    return torch_run
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ def tokens_note(metrics: dict[str, Any]) -> str:
 def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> dict[str, Any] | None:
     """Greedy generation of `candidate` against the export's torch reference: None for a model the
     export did not decode (an encoder). optimize must agree exactly; fp16/int8 pass the gate."""
-    from pipeline.core.generation import compare, gate, greedy, load_reference, require_exact
+    from pipeline.core.generation import compare, gate, greedy, load_feeds, load_reference, require_exact
     from pipeline.core.verify import OnnxSession
 
     if "generation" not in job.outputs_of("export"):
@@ -35,8 +35,9 @@ def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> d
     profile = job.settings.profile
     started = time.perf_counter()
     reference, head = load_reference(path)
+    fed = load_feeds(path)  # an encoder-decoder's decoder: its start tokens and the encoder output torch decoded from
     session = candidate if isinstance(candidate, OnnxSession) else OnnxSession(candidate)
-    figures = compare(reference, greedy(session.run_named, profile, head))
+    figures = compare(reference, greedy(session.run_named, profile, head, ids=fed["prompt"], fixed=fed["fixed"]))
     figures["check_seconds"] = round(time.perf_counter() - started, 3)
     if stage == "optimize":
         require_exact(figures, stage, "torch's (the export's reference)")
@@ -44,3 +45,12 @@ def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> d
     figures["min_token_agreement"] = getattr(profile.quant, f"min_token_agreement_{stage}")  # --min-token-agreement overrides it
     gate(figures, stage, figures["min_token_agreement"])
     return figures
+
+
+def fixed_feeds(job: Job) -> dict[str, Any] | None:
+    """The inputs an encoder-decoder's decoder is fed at every step (the encoder output its export decoded from), else None."""
+    from pipeline.core.generation import load_feeds
+
+    if "generation" not in job.outputs_of("export"):
+        return None
+    return load_feeds(job.input("export", "generation"))["fixed"] or None

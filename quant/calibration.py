@@ -46,12 +46,14 @@ def calibration_reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[in
 DECODE_STEPS = 3  # decode steps after each calibration prompt's prefill
 
 
-def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: int = CALIBRATION_SEED) -> tuple[list[dict[str, np.ndarray]], str]:
+def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: int = CALIBRATION_SEED,
+                        fixed: dict[str, np.ndarray] | None = None) -> tuple[list[dict[str, np.ndarray]], str]:
     """`samples` feeds of a decoder with its KV cache, as it is fed when deployed: each random prompt (opt
     batch x opt seq tokens) is a prefill on an empty cache, then DECODE_STEPS greedy tokens, one at a
     time, on the cache the FP32 model (`onnx_path`) wrote. Random `past_key_values` are no stand-in:
     their scale is not the model's, and INT8 scales calibrated on them round a real cache's keys and
-    values, and the attention output, to zero (greedy tokens then agree with FP32 on 0-6%)."""
+    values, and the attention output, to zero (greedy tokens then agree with FP32 on 0-6%). `fixed`: inputs
+    fed at every step, an encoder-decoder's real encoder output (its rows repeated to the batch), not random ones."""
     import onnx
 
     from pipeline.core.generation import embedding_head, greedy
@@ -64,6 +66,7 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     batch = profile.dims["batch"].opt if "batch" in profile.dims else 1
     length = max(1, min(profile.dims["seq"].opt, profile.dims["past_seq"].max + 1 - DECODE_STEPS))
     rng = np.random.default_rng(seed)
+    rows = {name: array[np.arange(batch) % len(array)] for name, array in (fixed or {}).items()}
     feeds: list[dict[str, np.ndarray]] = []
 
     def recorded(step: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -72,10 +75,12 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
 
     prompts = 0
     while len(feeds) < samples:
-        greedy(recorded, profile, head, ids=rng.integers(int(low), int(high), (batch, length), dtype=np.int64), new_tokens=DECODE_STEPS + 1)
+        greedy(recorded, profile, head, ids=rng.integers(int(low), int(high), (batch, length), dtype=np.int64), new_tokens=DECODE_STEPS + 1,
+               fixed=rows)
         prompts += 1
+    encoder = f", on the encoder output of the export's generation check ({', '.join(rows)})" if rows else ""
     return feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) of {batch} rows as the decoder is fed: the prefill of {prompts} random "
-                             f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote")
+                             f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote{encoder}")
 
 
 def fed_as_decoder(profile: Profile, onnx_path: Path) -> bool:

@@ -25,7 +25,7 @@ from pipeline.core.errors import InputError, ProfileError, StageFailed
 from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 
-PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(key|value)")
+PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(?:decoder\.)?(key|value)")  # an encoder-decoder's self-attention cache: .decoder.
 PROMPT_SEED = 22
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -70,8 +70,9 @@ def prompts(profile: Profile) -> np.ndarray:
 
 
 def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: np.ndarray | None = None,
-           new_tokens: int | None = None) -> Generation:
-    """Greedy decoding of `new_tokens` (default: the profile's) from `ids` (default: `prompts(profile)`) through `run`."""
+           new_tokens: int | None = None, fixed: dict[str, np.ndarray] | None = None) -> Generation:
+    """Greedy decoding of `new_tokens` (default: the profile's) from `ids` (default: `prompts(profile)`) through `run`;
+    `fixed`: inputs fed unchanged at every step (an encoder-decoder's encoder output and mask, one row per prompt)."""
     ids = prompts(profile) if ids is None else ids
     specs = {s.name: s for s in profile.inputs}
     past_names = [s.name for s in profile.inputs if PAST_INPUT.fullmatch(s.name)]
@@ -86,7 +87,7 @@ def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: n
             feeds["attention_mask"] = np.ones((batch, total), specs["attention_mask"].dtype)
         if "position_ids" in specs:
             feeds["position_ids"] = np.broadcast_to(np.arange(seen, total), new.shape).astype(specs["position_ids"].dtype)
-        feeds |= past
+        feeds |= past | (fixed or {})
         for name, spec in specs.items():  # anything else (token types): zeros of its shape
             if name not in feeds:
                 feeds[name] = np.zeros([batch if s == "batch" else new.shape[1] if s == "seq" else s for s in spec.shape], spec.dtype)
@@ -131,22 +132,30 @@ def embedding_head(model: Any) -> np.ndarray | None:
     return None
 
 
-def save_reference(path: Path, generation: Generation, head: np.ndarray | None) -> None:
+def save_reference(path: Path, generation: Generation, head: np.ndarray | None, feeds: dict[str, np.ndarray] | None = None) -> None:
     """The tokens and each step's `REFERENCE_TOP_K` scores with their ids (float32), and the embedding `head` a base model
     is decoded through (float32): sized by the check, not by the vocabulary (a 152k-token model's full scores and its
-    float64 head made a 1.1 GB file)."""
+    float64 head made a 1.1 GB file). `feeds`: what else the check was fed (see `load_feeds`)."""
     from pipeline.core.fileio import atomic_path
 
     top = generation.top()
     arrays = {"tokens": top.tokens, "ids": top.ids.astype(np.int32), "logits": top.logits.astype(np.float32)}
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-        np.savez(handle, **arrays, **({"head": head.astype(np.float32)} if head is not None else {}))
+        np.savez(handle, **arrays, **({"head": head.astype(np.float32)} if head is not None else {}), **(feeds or {}))
 
 
 def load_reference(path: Path) -> tuple[Generation, np.ndarray | None]:
     with np.load(path) as data:
         head = data["head"].astype(np.float64) if "head" in data else None
         return Generation(data["tokens"], data["logits"].astype(np.float64), data["ids"].astype(np.int64)), head
+
+
+def load_feeds(path: Path) -> dict[str, Any]:
+    """What a reference's generation was fed beside the profile's prompts: `prompt` (the ids it started from, else None),
+    `fixed` (inputs fed at every step: an encoder-decoder's encoder output) and `encoder` (the encoder's inputs), by name."""
+    with np.load(path) as data:
+        return {"prompt": data["prompt"] if "prompt" in data else None,
+                **{group: {k.removeprefix(f"{group}."): data[k] for k in data if k.startswith(f"{group}.")} for group in ("fixed", "encoder")}}
 
 
 def compare(reference: Generation, candidate: Generation) -> dict[str, Any]:

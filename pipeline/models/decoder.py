@@ -85,12 +85,13 @@ def _prefill_cache(model: Any) -> Any:
     return output.get("past_key_values") if hasattr(output, "get") else None
 
 
-def cache_layout(model: Any) -> list[CacheLayer]:
-    """The model's KV cache, layer by layer, read from the cache its prefill returns (heads, head dims,
-    dtype, sliding window): what the model computes, not what its config suggests (a multi-query
-    Falcon has one KV head where its config says 4). Refuses a cache that is not one key and one value per layer."""
+def cache_layout(model: Any, cache: Any = None) -> list[CacheLayer]:
+    """The model's KV cache, layer by layer, read from the cache its prefill returns (or `cache`, one it returned: an
+    encoder-decoder's self-attention cache) (heads, head dims, dtype, sliding window): what the model computes, not what
+    its config suggests (a multi-query Falcon has one KV head where its config says 4). Refuses a cache that is not one
+    key and one value per layer."""
     name = type(model).__name__
-    layers = getattr(_prefill_cache(model), "layers", None) or []
+    layers = getattr(_prefill_cache(model) if cache is None else cache, "layers", None) or []
     for index, layer in enumerate(layers):
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if getattr(keys, "ndim", 0) != 4 or getattr(values, "ndim", 0) != 4:

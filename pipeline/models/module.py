@@ -18,12 +18,17 @@ from pipeline.core.samples import make_inputs
 def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
     """The profile's torch model in eval mode, its example inputs, dynamic shapes (or None), and the
     profile its export uses: a Hugging Face model (or a factory's, without example inputs) has its
-    forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py)."""
+    forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py); an encoder-decoder's
+    part is its encoder or its decoder (pipeline/models/seq2seq.py)."""
     from pipeline.core.generation import prompts
     from pipeline.models.decoder import generates, is_pretrained, prepare
+    from pipeline.models.seq2seq import check_part, prepare_part
 
+    check_part(profile)
     module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
-    if example is None and is_pretrained(module):
+    if profile.export.part is not None:  # one part of an encoder-decoder (pipeline/models/seq2seq.py)
+        module, profile = prepare_part(module, profile)
+    elif example is None and is_pretrained(module):
         module, profile = prepare(module, profile)
         if generates(module):
             prompts(profile)  # the generation check fits the profile's dims: said before the export, not after

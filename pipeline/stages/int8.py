@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.core.profiles import Profile
-from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, generation_figures, tokens_note
+from pipeline.generation_stage import GENERATION_INPUTS, GENERATION_READS, fixed_feeds, generation_figures, tokens_note
 from pipeline.stage import Job, Stage, StageResult
 from pipeline.stages import repair, shared
 
@@ -17,9 +17,9 @@ QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_
 
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
-             on_step: Callable[[int, int], None] = lambda done, total: None, keep: tuple[str, ...] = ()):
+             on_step: Callable[[int, int], None] = lambda done, total: None, keep: tuple[str, ...] = (), fixed: dict | None = None):
     """Q/DQ `source` into `target` with the profile's quant settings, the nodes named in `keep` (the repair's) left unquantized;
-    returns the result and where the calibration data came from."""
+    returns the result and where the calibration data came from. `fixed`: an encoder-decoder's encoder output for its decoder."""
     from pipeline.core.onnxfile import atomic_onnx
     from pipeline.core.quiet import captured
     from quant.calibration import calibration_data, decoder_calibration, fed_as_decoder
@@ -28,7 +28,7 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, l
 
     q = profile.quant
     if calib is None and fed_as_decoder(profile, source):
-        calibration, origin = decoder_calibration(profile, source, q.samples)
+        calibration, origin = decoder_calibration(profile, source, q.samples, fixed=fixed)
     else:
         calibration, origin = calibration_data(profile, calib, source)
     batch = shared.calibration_batch(profile, source)
@@ -47,7 +47,7 @@ def _removed(result) -> str:
     return f"; the {result.preset} preset removed {removed} Q/DQ pair(s) that TensorRT's fusion rules reject" if removed else ""
 
 
-def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
+def held_out_int8(profile: Profile, source: Path, fixed: dict | None = None) -> tuple[list[dict], str]:
     """The held-out samples and their kind. A decoder with its cache is checked as it is calibrated, on
     prefill and decode steps over the caches the FP32 model writes: on random caches an INT8 decoder
     calibrated on real ones is far off, and one calibrated on random ones is right only there."""
@@ -55,7 +55,7 @@ def held_out_int8(profile: Profile, source: Path) -> tuple[list[dict], str]:
     from quant.calibration import decoder_calibration, fed_as_decoder
 
     if fed_as_decoder(profile, source):
-        return decoder_calibration(profile, source, profile.quant.accuracy_samples, seed=seeds.HELD_OUT_SEED)[0], "decoder steps"
+        return decoder_calibration(profile, source, profile.quant.accuracy_samples, seeds.HELD_OUT_SEED, fixed)[0], "decoder steps"
     return shared.held_out(profile), "held-out"
 
 
@@ -72,15 +72,16 @@ def run_int8(job: Job) -> StageResult:
         filled = round(24 * done / total)
         job.status(f"calibrating ({q.preset}) [{'#' * filled}{'.' * (24 - filled)}] {done}/{total}")
 
-    batches, kind = held_out_int8(s.profile, source)
+    fixed = fixed_feeds(job)  # an encoder-decoder's decoder: calibrated and checked on the encoder's real output
+    batches, kind = held_out_int8(s.profile, source, fixed)
     log = job.out / "int8.log"
     with shared.fp32_reference(job, batches, kind) as reference, atomic_onnx(target) as tmp:
         started = repair.start_clock("modelopt.onnx.quantization", log)
-        result, origin = quantize(s.profile, s.calib, source, tmp, log, on_step=step)
+        result, origin = quantize(s.profile, s.calib, source, tmp, log, on_step=step, fixed=fixed)
         figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
         found = repair.repair_gate(
             job, source, batches, q.min_cosine_int8, repair.Trial((), tmp, figures, shared.passes(figures, q.min_cosine_int8), result),
-            time.perf_counter() - started, lambda kept, path: quantize(s.profile, s.calib, source, path, log, step, kept)[0],
+            time.perf_counter() - started, lambda kept, path: quantize(s.profile, s.calib, source, path, log, step, kept, fixed)[0],
             lambda quantized, path: shared.accuracy(path, reference, batches, q.accuracy_samples, "INT8", job.status))
         if found is not None and found.passed is not None:
             result, figures = found.passed.result, found.passed.figures

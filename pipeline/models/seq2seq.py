@@ -1,0 +1,245 @@
+"""Encoder-decoders (T5, BART, mBART, Marian: `[model] task = "seq2seq-lm"`; Whisper: `"speech2seq-lm"`), one part a
+build: `[export] part = "encoder"` or `"decoder"` (a build without `part` makes both, each in a folder of its own).
+
+- encoder: the model's encoder, as Optimum's encoder_model.onnx: the profile's inputs (`input_ids`, `attention_mask`;
+  Whisper's `input_features`) -> `last_hidden_state`.
+- decoder: one graph for every step, Optimum's decoder_with_past_model.onnx taking an empty cache too (past_seq min 0):
+  `input_ids` [batch, seq] (decoder tokens), `encoder_hidden_states` [batch, encoder_seq, hidden],
+  `encoder_attention_mask` [batch, encoder_seq] (not Whisper's), `past_key_values.{i}.decoder.key/value`
+  [batch, heads, past_seq, head_dim] -> `logits`, `present.{i}.decoder.key/value`. The cross-attention keys and values
+  are computed from `encoder_hidden_states` at every step (an empty cross-attention cache each call): no If node, one
+  TensorRT engine, one optimization profile. Its inputs are derived from the self-attention cache a prefill returns
+  (`cache_layout`); dims: `encoder_seq` is the profile's `seq` (the source length; Whisper's is fixed, the encoder's
+  output length), `seq` the decoder tokens of one call (`DECODER_SEQ`), `past_seq` the profile's `[dims.past_seq]`, else
+  0 to the source length's max within the decoder's positions.
+
+The decoder part's generation check (`check_decoder_generation`) runs the encoder once in torch on the profile's
+encoder inputs and decodes greedily from `decoder_start_token_id`; the reference it saves keeps the encoder's inputs
+and outputs, so later stages decode their decoder alone on the same encoder output (`load_feeds`), and
+`end_to_end_generation` runs an encoder and a decoder file together. torch and transformers are imported at call time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import ProfileError, first_line
+from pipeline.core.generation import Runner
+from pipeline.core.profiles import InputSpec, Profile
+
+SEQ2SEQ_TASKS = ("seq2seq-lm", "speech2seq-lm")
+ENCODER_SEQ = "encoder_seq"
+DECODER_SEQ = {"min": 1, "opt": 1, "max": 4}  # decoder tokens a call: 1 when decoding, up to 4 for a forced prefix (Whisper's task tokens)
+GENERATION_ROWS = 2  # rows of encoder input the generation check decodes
+
+
+def check_part(profile: Profile) -> None:
+    """Refuse `[export] part` on a model that has no parts."""
+    part = profile.export.part
+    if part is not None and profile.model.task not in SEQ2SEQ_TASKS:
+        raise ProfileError(f"{profile.source}: export.part = {part!r}: only a Hugging Face encoder-decoder has parts (model.task "
+                           f"{' or '.join(SEQ2SEQ_TASKS)}), this model's task is {profile.model.task or 'base'}; remove part")
+
+
+def prepare_part(model: Any, profile: Profile) -> tuple[Any, Profile]:
+    """The part's module, its forward taking the export profile's inputs in order by name, and that profile (the
+    decoder's derived from the model). Attention runs eager: T5's SDPA attention does not trace with a dynamic decoder
+    length (torch.export cannot view its output), and one attention code for every model keeps the parts alike."""
+    model.eval().set_attn_implementation("eager")
+    encoder = model.get_encoder()
+    accepted = inspect.signature(encoder.forward).parameters
+    unknown = [spec.name for spec in profile.inputs if spec.name not in accepted]
+    if unknown:
+        offered = [a for a in ("input_ids", "attention_mask", "input_features") if a in accepted]
+        raise ProfileError(f"{profile.source}: inputs: {type(encoder).__name__}.forward has no argument {unknown[0]!r}; the profile's "
+                           f"[[inputs]] are the encoder's: {', '.join(offered)}")
+    if profile.export.part == "encoder":
+        return _bind_encoder(encoder, profile), profile
+    hidden, layout = _prefill(model, profile)
+    decoder = decoder_profile(profile, model, layout, hidden)
+    return _bind_decoder(model, decoder, len(layout)), decoder
+
+
+def run_encoder(model: Any, feeds: dict[str, np.ndarray], profile: Profile) -> Any:
+    """The torch encoder's `last_hidden_state` on `feeds` (the profile's encoder inputs); a model that does not run on
+    them is the user's to fix (one line)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            return model.get_encoder()(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}, return_dict=True).last_hidden_state
+    except Exception as err:
+        given = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
+        raise ProfileError(f"{profile.source}: inputs: the encoder of {type(model).__name__} does not run on {given} "
+                           f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes it takes") from err
+
+
+def _prefill(model: Any, profile: Profile) -> tuple[Any, list]:
+    """The encoder's output on the profile's smallest inputs and the layout of the self-attention cache the decoder
+    returns from a prefill of two tokens on it."""
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    from pipeline.core.samples import make_inputs
+    from pipeline.models.decoder import cache_layout
+
+    feeds = make_inputs(profile, seed=profile.model.seed, which="min")
+    hidden = run_encoder(model, feeds, profile)
+    with torch.no_grad():
+        output = model(encoder_outputs=(hidden,), decoder_input_ids=torch.zeros((hidden.shape[0], 2), dtype=torch.long),
+                       past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True, return_dict=True)
+    return hidden, cache_layout(model, output.past_key_values.self_attention_cache)
+
+
+def decoder_profile(profile: Profile, model: Any, layout: list, hidden: Any) -> Profile:
+    """The decoder part's profile: its inputs (module docstring) and dims, from the encoder profile `profile`, the
+    self-attention cache `layout` and the encoder's output `hidden` [batch, encoder length, hidden size]."""
+    from pipeline.models.decoder import PAST_DIM
+
+    specs = {spec.name: spec for spec in profile.inputs}
+    text = "input_ids" in specs
+    if "batch" not in profile.dims or (text and "seq" not in profile.dims):
+        raise ProfileError(f"{profile.source}: dims: the decoder part needs the encoder inputs' dims named batch and seq (the source length); rename yours")
+    encoder_length = ENCODER_SEQ if text else int(hidden.shape[1])  # Whisper's: fixed by its input_features
+    inputs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, model.config.vocab_size]},
+              {"name": "encoder_hidden_states", "dtype": str(hidden.dtype).removeprefix("torch."), "shape": ["batch", encoder_length, int(hidden.shape[2])]}]
+    if text and "attention_mask" in specs:
+        inputs.append({"name": "encoder_attention_mask", "dtype": specs["attention_mask"].dtype, "shape": ["batch", ENCODER_SEQ], "fill": "mask"})
+    for i, layer in enumerate(layout):
+        inputs += [{"name": f"past_key_values.{i}.decoder.key", "dtype": layer.dtype, "shape": ["batch", layer.key_heads, PAST_DIM, layer.key_dim]},
+                   {"name": f"past_key_values.{i}.decoder.value", "dtype": layer.dtype, "shape": ["batch", layer.value_heads, PAST_DIM, layer.value_dim]}]
+    dims = {"batch": profile.dims["batch"].model_dump(), **({ENCODER_SEQ: profile.dims["seq"].model_dump()} if text else {}),
+            "seq": DECODER_SEQ, PAST_DIM: past_range(profile, model.config)}
+    return Profile.model_validate({**profile.model_dump(), "inputs": inputs, "dims": dims, "source": profile.source})
+
+
+def past_range(profile: Profile, config: Any) -> dict[str, int]:
+    """The decoder's cache lengths: the profile's `[dims.past_seq]`, else 0 to the source length's max (a translation is
+    about as long as its source; Whisper's: its decoder positions), opt the generation check's; within the decoder's positions."""
+    from pipeline.models.decoder import PAST_DIM, max_positions
+
+    positions = getattr(config, "max_target_positions", None) or max_positions(config)
+    room = positions - DECODER_SEQ["max"] if positions else None
+    asked, new = profile.dims.get(PAST_DIM), profile.export.new_tokens
+    if asked is not None and room is not None and asked.max > room:
+        raise ProfileError(f"{profile.source}: dims.{PAST_DIM}.max = {asked.max}: the decoder takes {positions} positions, {room} of them "
+                           f"beside {DECODER_SEQ['max']} new tokens a call; set it to {room} or less")
+    bounds = [x for x in (profile.dims["seq"].max if "seq" in profile.dims else None, room) if x is not None]
+    longest = min(bounds) if bounds else new
+    past = asked.model_dump() if asked is not None else {"min": 0, "opt": max(1, min(longest, new)), "max": longest}
+    if past["max"] < new - 1:
+        raise ProfileError(f"{profile.source}: export.new_tokens = {new} does not fit dims.{PAST_DIM}.max = {past['max']} (the last step reads "
+                           f"{new - 1} cached tokens); lower new_tokens or raise dims.{PAST_DIM}.max")
+    return past
+
+
+def _bind_encoder(encoder: Any, profile: Profile) -> Any:
+    """The encoder, its forward taking the profile's inputs in order and returning {"last_hidden_state": ...}."""
+    names, own = [spec.name for spec in profile.inputs], encoder.forward
+
+    def forward(*inputs):
+        return {"last_hidden_state": own(**dict(zip(names, inputs, strict=True)), return_dict=True).last_hidden_state}
+
+    encoder.forward = forward  # on the instance: node names keep the encoder's scopes
+    return encoder
+
+
+def _bind_decoder(model: Any, profile: Profile, layers: int) -> Any:
+    """The whole model, its forward taking the decoder profile's inputs in order: the cache inputs become the
+    self-attention half of an EncoderDecoderCache whose cross-attention half is empty (so cross keys and values are
+    computed from encoder_hidden_states), the returned self-attention cache `present.{i}.decoder.key/value`."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    names, own = [spec.name for spec in profile.inputs], model.forward
+
+    def forward(*inputs):
+        named = dict(zip(names, inputs, strict=True))
+        pairs = [(named[f"past_key_values.{i}.decoder.key"], named[f"past_key_values.{i}.decoder.value"]) for i in range(layers)]
+        output = own(decoder_input_ids=named["input_ids"], encoder_outputs=(named["encoder_hidden_states"],),
+                     attention_mask=named.get("encoder_attention_mask"), use_cache=True, return_dict=True,
+                     past_key_values=EncoderDecoderCache(DynamicCache(ddp_cache_data=pairs), DynamicCache()))
+        present = output.past_key_values.self_attention_cache.layers
+        return {"logits": output.logits, **{f"present.{i}.decoder.{kind}": getattr(layer, f"{kind}s") for i, layer in enumerate(present)
+                                            for kind in ("key", "value")}}
+
+    model.forward = forward
+    return model
+
+
+def generation_inputs(profile: Profile) -> dict[str, np.ndarray]:
+    """The encoder inputs the generation check decodes from: GENERATION_ROWS rows of the profile's (encoder's) inputs at opt sizes."""
+    from pipeline.core.generation import PROMPT_SEED
+    from pipeline.core.samples import make_inputs
+
+    return make_inputs(profile, seed=PROMPT_SEED, dims={"batch": min(GENERATION_ROWS, profile.dims["batch"].max)})
+
+
+def start_ids(model: Any, rows: int, profile: Profile) -> np.ndarray:
+    """[rows, 1] of the model's decoder_start_token_id (else its bos_token_id, as `generate` takes), where greedy decoding starts."""
+    generation, config = model.generation_config, model.config
+    choices = (getattr(generation, "decoder_start_token_id", None), getattr(config, "decoder_start_token_id", None), getattr(generation, "bos_token_id", None))
+    start = next((choice for choice in choices if choice is not None), None)
+    if not isinstance(start, int):
+        raise ProfileError(f"{profile.source}: model: the model has no decoder_start_token_id to start decoding from; set it in hf_config")
+    return np.full((rows, 1), start, dtype=np.int64)
+
+
+def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch_run: Runner, session: Any, reference_path: Path | None) -> dict[str, Any]:
+    """Greedy decoding with torch (`torch_run`: the model's decoder forward) and with the exported decoder (`session`) on the torch encoder's output for the
+    encoder profile `given`'s inputs: the tokens must agree exactly. torch's run, with the encoder's inputs and outputs
+    it fed, is saved to `reference_path` (if given) for later stages and `end_to_end_generation`."""
+    from pipeline.core.generation import compare, greedy, require_exact, save_reference
+
+    started = time.perf_counter()
+    encoder_inputs = generation_inputs(given)
+    fixed = {"encoder_hidden_states": run_encoder(model, encoder_inputs, given).numpy()}
+    if any(spec.name == "encoder_attention_mask" for spec in profile.inputs):
+        fixed["encoder_attention_mask"] = encoder_inputs["attention_mask"]
+    prompt = start_ids(model, len(fixed["encoder_hidden_states"]), profile)
+    reference = greedy(torch_run, profile, ids=prompt, fixed=fixed)
+    figures = compare(reference, greedy(session.run_named, profile, ids=prompt, fixed=fixed))
+    require_exact(figures, "export", "torch's")
+    if reference_path is not None:
+        feeds = {"prompt": prompt, **{f"fixed.{k}": v for k, v in fixed.items()}, **{f"encoder.{k}": v for k, v in encoder_inputs.items()}}
+        save_reference(reference_path, reference, None, feeds)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
+
+
+def end_to_end_generation(encoder_onnx: Path, decoder_onnx: Path, reference: Path, profile: Profile) -> dict[str, Any]:
+    """Greedy generation through an encoder and a decoder file on onnxruntime CPU (the encoder once on the reference's
+    encoder inputs, the decoder step by step on its output and its own cache) against torch's, the decoder part's
+    export reference (model.generation.npz): `compare`'s figures (token agreement, first divergent step and row, ...).
+    `profile`: the decoder part's (its derived inputs), or the user's, the cache inputs then read from `decoder_onnx`."""
+    from pipeline.core.generation import compare, greedy, load_feeds, load_reference
+    from pipeline.core.verify import OnnxSession
+
+    started = time.perf_counter()
+    expected, _ = load_reference(reference)
+    fed = load_feeds(reference)
+    hidden = OnnxSession(encoder_onnx).run_named(fed["encoder"])["last_hidden_state"]
+    fixed = {**fed["fixed"], "encoder_hidden_states": hidden}
+    steps = _decoder_inputs(profile, decoder_onnx)
+    candidate = greedy(OnnxSession(decoder_onnx).run_named, steps, ids=fed["prompt"], new_tokens=expected.tokens.shape[1], fixed=fixed)
+    return {**compare(expected, candidate), "check_seconds": round(time.perf_counter() - started, 3)}
+
+
+def _decoder_inputs(profile: Profile, decoder_onnx: Path) -> Profile:
+    """`profile` as the generation loop reads it for the decoder: its inputs the decoder file's when it lacks the cache ones
+    (unvalidated: the loop reads only names, dtypes and the cache's heads and head dims)."""
+    import onnx
+
+    from pipeline.core.generation import PAST_INPUT
+
+    if any(PAST_INPUT.fullmatch(spec.name) for spec in profile.inputs):
+        return profile
+    graph = onnx.load(str(decoder_onnx), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    specs = [InputSpec.model_construct(name=value.name, dtype=onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name,
+                                       shape=[d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim], fill="random", range=None)
+             for value in graph.input if value.name not in initializers]
+    return profile.model_copy(update={"inputs": specs})
