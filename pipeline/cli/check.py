@@ -159,9 +159,10 @@ def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], co
 
     if inputs is not None:
         return split(load_npz(inputs, model_inputs(reference)), 1)
+    from pipeline.artifacts import as_built
     from pipeline.core.profiles import load_profile
 
-    loaded = load_profile(profile)
+    loaded = as_built(load_profile(profile), reference)
     return split(synthetic(loaded, count, seed=seeds.COMPARE), loaded.shape(loaded.inputs[0])[0])
 
 

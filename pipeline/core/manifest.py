@@ -99,4 +99,4 @@ def _read(path: Path, profile: str) -> tuple[str, list[StageRecord], str | None]
 def parts_folder_message(folder: Path, parts: dict[str, str]) -> str:
     """The line for a command given the top folder of a build of several models, where one model's folder is needed."""
     named = ", ".join(f"{part} {folder / relative}" for part, relative in parts.items())
-    return f"{folder} holds a build of several models, each in a build folder of its own ({named}); pass one of those folders"
+    return f"{folder} holds a build of several models, each in a build folder of its own ({named}); pass one of those folders (to build, another --out)"
