@@ -40,7 +40,9 @@ def _gate_defaults(gate: str) -> str:
 @app.command(
     help=(
         "Run the pipeline stages for a profile into OUT (default artifacts/<profile>), "
-        "recording each in OUT/manifest.json. Unchanged stages are reported `cached`.\n\n"
+        "recording each in OUT/manifest.json. Unchanged stages are reported `cached`. An encoder-decoder (task seq2seq-lm, "
+        "speech2seq-lm) is two models: its encoder and decoder are built into OUT/encoder and OUT/decoder, then their "
+        "generation is checked together (docs/decoders.md).\n\n"
         "Examples:\n\n"
         "  python -m pipeline build\n\n"
         "  python -m pipeline build --profile my_model.toml --out runs/a --force\n\n"
