@@ -39,15 +39,18 @@ INIT_SECONDS, BUILD_SECONDS = 300, 1800
 
 
 def model_types() -> dict[str, str]:
-    """{model_type: task} for every model type a task of AUTO_CLASSES maps, its first such task (base first)."""
+    """{model_type: task} for every model type a task of AUTO_CLASSES maps, its first such task (base first); an
+    encoder-decoder's generation task (seq2seq-lm, speech2seq-lm) over any other, since init builds only that."""
     import transformers
 
+    from pipeline.core.profiles import ENCODER_DECODER_TASKS
     from pipeline.models.hf import AUTO_CLASSES
 
     types: dict[str, str] = {}
     for task, auto_class in AUTO_CLASSES.items():
         for model_type in getattr(transformers, auto_class)._model_mapping._model_mapping:
-            types.setdefault(model_type, task)
+            if model_type not in types or (task in ENCODER_DECODER_TASKS and types[model_type] not in ENCODER_DECODER_TASKS):
+                types[model_type] = task
     return dict(sorted(types.items()))
 
 
@@ -85,14 +88,29 @@ def sweep_one(model_type: str, task: str, build: bool, until: str = "int8") -> d
     return record
 
 
-def _stages(out: Path, run: subprocess.CompletedProcess | None) -> dict[str, dict]:
-    """Each stage's status and seconds from the manifest, with the line the build printed for it."""
+def _stages(out: Path, run: subprocess.CompletedProcess | None, part: str = "") -> dict[str, dict]:
+    """Each stage's status and seconds from the manifest, with the line the build printed for it (`part`: the lines
+    of that part of an encoder-decoder, which begin with its name). An encoder-decoder's stage is both parts' runs of
+    it: "done", or "done/failed" (encoder/decoder) when they differ."""
     manifest = out / "manifest.json"
     if not manifest.is_file():
         return {}
-    printed = {line.split()[0]: " ".join(line.split()[2:]) for line in (run.stdout if run else "").splitlines() if line.split()[:1] and line.split()[0] in STAGES}
-    return {s["name"]: {"status": s["status"], "seconds": round(s["seconds"], 1), "line": printed.get(s["name"], "")}
-            for s in json.loads(manifest.read_text())["stages"]}
+    data = json.loads(manifest.read_text())
+    if "parts" in data:
+        parts = [_stages(out / folder, run, name) for name, folder in data["parts"].items()]
+        return {stage: {"status": "/".join(dict.fromkeys(p[stage]["status"] for p in parts if stage in p)),
+                        "seconds": round(sum(p[stage]["seconds"] for p in parts if stage in p), 1),
+                        "line": "; ".join(p[stage]["line"] for p in parts if p.get(stage, {}).get("line"))} for stage in dict.fromkeys(s for p in parts for s in p)}
+    printed = {}
+    for line in (run.stdout if run else "").splitlines():
+        words = line.split()
+        if part and words[:1] == [part]:
+            words = words[1:]
+        elif part:
+            continue
+        if words[:1] and words[0] in STAGES:
+            printed[words[0]] = " ".join(words[2:])
+    return {s["name"]: {"status": s["status"], "seconds": round(s["seconds"], 1), "line": printed.get(s["name"], "")} for s in data["stages"]}
 
 
 def summary(runs: dict[str, dict]) -> dict[str, dict[str, int]]:

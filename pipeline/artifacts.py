@@ -12,6 +12,7 @@ from pipeline import precisions
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import sha256_file
 from pipeline.core.manifest import USABLE, Manifest
+from pipeline.core.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -55,3 +56,18 @@ def recorded_profile(path: Path) -> str | None:
     when it is not in a build folder."""
     manifest = (path if path.is_dir() else path.parent) / "manifest.json"
     return Manifest.load_or_new(manifest, "").profile_argument if manifest.is_file() else None
+
+
+def as_built(profile: Profile, path: Path) -> Profile:
+    """`profile` as the stages of the build holding `path` (a build folder, or a file in one) saw it: with the inputs
+    its export derived (a decoder's cache, an encoder-decoder's decoder inputs), when that build is of this profile."""
+    from pipeline.models.decoder import apply_derived
+
+    manifest_path = (path if path.is_dir() else path.parent) / "manifest.json"
+    if not manifest_path.is_file():
+        return profile
+    manifest = Manifest.load_or_new(manifest_path, "")
+    export = manifest.get("export")
+    if manifest.profile != profile.name or export is None or export.status not in USABLE:
+        return profile
+    return apply_derived(profile, export.metrics.get("derived_inputs"))

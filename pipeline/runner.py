@@ -49,10 +49,13 @@ def downstream(stages: Sequence[Stage], stage: str) -> set[str]:
 
 class Runner:
     """Runs a plan of stages. `catalogue`: every stage there is (default: the plan's), in pipeline order; the
-    manifest keeps its records in that order, and records of earlier runs go stale along their graph."""
+    manifest keeps its records in that order, and records of earlier runs go stale along their graph. `part`: the
+    sub-model this run builds (pipeline/parts.py), which begins each of its lines."""
 
-    def __init__(self, ctx: Context, console: Console, force: bool = False, strict: bool = False, catalogue: Sequence[Stage] = ()):
+    def __init__(self, ctx: Context, console: Console, force: bool = False, strict: bool = False, catalogue: Sequence[Stage] = (),
+                 part: str = ""):
         self.ctx, self.console, self.catalogue, self.force, self.strict = ctx, console, tuple(catalogue), force, strict
+        self.label = f"{part:<8}" if part else ""
         self.stages: dict[str, Stage] = {}
         self.changed: list[StageRecord] = []  # stages whose outputs this run replaced or lost
         self.run_id = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -258,9 +261,9 @@ class Runner:
             detail = record.reason.split(";")[0] if record.status == "stale" else split_next_step(record.reason)[0]  # a stale line: its cause
         earlier = record.run != self.run_id
         text = " ".join(part for part in (escape(printable(detail)), "(earlier run)" if earlier else "") if part)
-        self.console.print(f"{record.name:<9} {status} {record.seconds:7.2f}s  {text}", highlight=False, soft_wrap=True)
+        self.console.print(f"{self.label}{record.name:<9} {status} {record.seconds:7.2f}s  {text}", highlight=False, soft_wrap=True)
         if record.status == "done" and record.reason.startswith("rerun: ") and not earlier:
-            self.console.print(f"{'':<9} {printable(record.reason)}", highlight=False, markup=False, soft_wrap=True)
+            self.console.print(f"{self.label}{'':<9} {printable(record.reason)}", highlight=False, markup=False, soft_wrap=True)
 
     def print_summary(self) -> None:
         """Under the lines of the stages this run ran: the manifest's records from earlier runs."""

@@ -135,6 +135,9 @@ DECODER_PROFILES = {
     "llama-past-too-long.toml": _hf_profile(LLAMA, '[dims.past_seq]\nmin = 0\nopt = 8\nmax = 57'),
     "llama-full-size.toml": _hf_profile('model_type = "llama"'),
     "batch-min-0.toml": _hf_profile(LLAMA).replace("[dims.batch]\nmin = 1", "[dims.batch]\nmin = 0"),
+    "llama-part.toml": _hf_profile(LLAMA, '[export]\npart = "encoder"'),
+    "t5-parts.toml": _hf_profile('model_type = "t5"\nvocab_size = 100\nd_model = 32\nd_ff = 32\nd_kv = 8\nnum_layers = 1\nnum_heads = 2',
+                                 '[model]\ntask = "seq2seq-lm"'),
 }
 
 
@@ -300,7 +303,11 @@ CASES = {
     # 10. decoders (issue 22): cache layouts, encoder-decoders, sizes, dims the generation check cannot use
     "with-past on an encoder": Case(("export", "--profile", "bert-with-past.toml", "-o", "m.onnx"), 'BertModel takes no KV cache'),
     "with-past on an encoder-decoder": Case(("export", "--profile", "t5-with-past.toml", "-o", "m.onnx"), "T5Model is an encoder-decoder; one graph with past"),
-    "init an encoder-decoder": Case(("init", "--hf", "t5", "-o", "t5.toml"), "T5 is an encoder-decoder model"),
+    "init another head of an encoder-decoder": Case(("init", "--hf", "bart", "--task", "sequence-classification", "-o", "b.toml"),
+                                                    "Bart is an encoder-decoder; init writes its generation model (--task seq2seq-lm"),
+    "export.part of one model": Case(("build", "--profile", "llama-part.toml"), "export.part = 'encoder' picks a sub-model of an encoder-decoder"),
+    "build --onnx of an encoder-decoder": Case(("build", "--profile", "t5-parts.toml", "--onnx", "good.onnx"),
+                                               "profile d is an encoder-decoder (task seq2seq-lm), built as two models (encoder, decoder)"),
     "cache inputs of a layer the model lacks": Case(("export", "--profile", "llama-layer7.toml", "-o", "m.onnx"),
                                                     "the cache inputs must be past_key_values.{i}.key and .value for i in 0..1"),
     "more new tokens than the cache holds": Case(("export", "--profile", "llama-many-tokens.toml", "-o", "m.onnx"),

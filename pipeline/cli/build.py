@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -14,7 +12,6 @@ from pipeline import precisions as registry
 from pipeline.cli.app import app, console, precision_flags, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
-from pipeline.core.text import printable
 from quant.presets import PRESET_NAMES
 
 if TYPE_CHECKING:
@@ -43,7 +40,9 @@ def _gate_defaults(gate: str) -> str:
 @app.command(
     help=(
         "Run the pipeline stages for a profile into OUT (default artifacts/<profile>), "
-        "recording each in OUT/manifest.json. Unchanged stages are reported `cached`.\n\n"
+        "recording each in OUT/manifest.json. Unchanged stages are reported `cached`. An encoder-decoder (task seq2seq-lm, "
+        "speech2seq-lm) is two models: its encoder and decoder are built into OUT/encoder and OUT/decoder, then their "
+        "generation is checked together (docs/decoders.md).\n\n"
         "Examples:\n\n"
         "  python -m pipeline build\n\n"
         "  python -m pipeline build --profile my_model.toml --out runs/a --force\n\n"
@@ -70,14 +69,9 @@ def build(
     force: Annotated[bool, typer.Option(help="Rerun stages even when cached.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="If another build is writing to OUT, wait for it instead of exiting.")] = False,
 ) -> None:
-    from pipeline.core.fileio import remove_stale_temp_files
-    from pipeline.core.manifest import Manifest
     from pipeline.core.profiles import shadowed_profile
-    from pipeline.lock import folder_lock
-    from pipeline.runner import Runner
+    from pipeline.folderbuild import FolderBuild
     from pipeline.settings import Options
-    from pipeline.stage import Context
-    from pipeline.stages import catalogue
     from pipeline.summary import print_next_steps, shown_path
 
     options = Options(precisions, onnx, calib, preset.value if preset else None, min_cosine, min_token_agreement,
@@ -90,17 +84,15 @@ def build(
                           highlight=False, markup=False)
     if (ignored := shadowed_profile(profile or DEFAULT_PROFILE)) is not None:
         out_console.print(f"note: {ignored} is not used: the packaged profile {loaded.name!r} is; pass --profile {ignored} to use yours", highlight=False, markup=False)
-    created = _missing_folders(out_dir) + ([] if (out_dir / "manifest.json").exists() else [out_dir / "manifest.json"])
-    with _leave_as_found_on_bad_input(created), \
-         folder_lock(out_dir, wait, on_wait=lambda holder: console.print(f"waiting for the build writing {out_dir} ({printable(holder)})", highlight=False, markup=False)):
-        for stale in remove_stale_temp_files(out_dir):
-            out_console.print(f"removed {stale.name}, left by an interrupted run", highlight=False, markup=False)
-        manifest = Manifest.load_or_new(out_dir / "manifest.json", loaded.name, _profile_source(loaded))
-        if manifest.profile != loaded.name:
-            raise PipelineError(f"{manifest.path} records a build of profile {manifest.profile!r}, not {loaded.name!r}; pass --out for this build (default artifacts/{loaded.name})")
-        ctx = Context(loaded, out_dir, manifest, options, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
-        records = Runner(ctx, out_console, force=force, strict=strict, catalogue=catalogue()).run(plan, until=until)
-    print_next_steps(out_console, loaded, manifest.path, records)
+    folder = FolderBuild(options, plan, until, strict, force, wait, out_console, console, rerun_hint=lambda: _docker_hint(loaded, options, out_dir))
+    if loaded.parts:
+        from pipeline.parts import build_parts
+
+        manifest, records = build_parts(loaded, out_dir, folder)
+    else:
+        records = folder.run(loaded, out_dir)
+        manifest = out_dir / "manifest.json"
+    print_next_steps(out_console, loaded, manifest, records)
 
 
 def _checked(options: Options, profile: Optional[str], until: Optional[str], strict: bool, out: Optional[Path]):
@@ -120,6 +112,9 @@ def _checked(options: Options, profile: Optional[str], until: Optional[str], str
         raise PipelineError(f"Invalid value for '--until': {until!r} is not a stage of this build; use one of {', '.join(names)}")
     loaded = load_profile(profile or DEFAULT_PROFILE)
     check_gates(loaded)
+    if options.onnx is not None and loaded.parts:
+        raise PipelineError(f"build --onnx {options.onnx}: profile {loaded.name} is an encoder-decoder (task {loaded.model.task}), built as "
+                            f"two models ({', '.join(loaded.parts)}); one ONNX file is one of them: set [export] part to the one it is")
     if options.calib is not None:
         _check_calibration_file(options.calib, loaded)
     out_dir = out or Path("artifacts") / loaded.name
@@ -190,14 +185,6 @@ def _onnx_inputs(path: Path) -> str:
     return "its inputs: " + ", ".join(described)
 
 
-def _profile_source(profile) -> Optional[str]:
-    """The profile's file as the manifest records it (None for a packaged profile, named by its name)."""
-    from trt.capability import profile_argument
-
-    argument = profile_argument(profile)
-    return str(Path(argument).resolve()) if isinstance(argument, Path) else None
-
-
 def _factory_outside(profile) -> Optional[Path]:
     """The factory module's file, when it is neither beside the profile nor installed nor ours: the code a build runs
     that the user may not expect (a module that happens to be on PYTHONPATH or in the current folder)."""
@@ -211,32 +198,6 @@ def _factory_outside(profile) -> Optional[Path]:
     path = path.resolve()
     known = [profile.folder, Path(__file__).resolve().parents[2], *(sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib"))]
     return None if any(path.is_relative_to(Path(folder).resolve()) for folder in known) else path
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """`folder` and those of its parents that do not exist yet, deepest first."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
-
-
-@contextlib.contextmanager
-def _leave_as_found_on_bad_input(created: list[Path]) -> Iterator[None]:
-    """A build that stops on bad input (exit 2) removes the manifest and folders it created, when nothing
-    else was written there: such a manifest records only the refusal, which the error line already says."""
-    try:
-        yield
-    except PipelineError as err:
-        if err.exit_code == 2:
-            manifests = [p for p in created if p.name == "manifest.json"]
-            if manifests and manifests[0].parent.is_dir() and {p.name for p in manifests[0].parent.iterdir()} <= {"manifest.json"}:
-                manifests[0].unlink(missing_ok=True)
-            for folder in (p for p in created if p.name != "manifest.json"):
-                with contextlib.suppress(OSError):
-                    folder.rmdir()  # only when empty
-        raise
 
 
 def _docker_hint(profile, options: Options, out: Path) -> str:

@@ -159,9 +159,10 @@ def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], co
 
     if inputs is not None:
         return split(load_npz(inputs, model_inputs(reference)), 1)
+    from pipeline.artifacts import as_built
     from pipeline.core.profiles import load_profile
 
-    loaded = load_profile(profile)
+    loaded = as_built(load_profile(profile), reference)
     return split(synthetic(loaded, count, seed=seeds.COMPARE), loaded.shape(loaded.inputs[0])[0])
 
 
@@ -231,12 +232,13 @@ def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
 def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> TorchComparison:
     import tempfile
 
+    from pipeline.artifacts import as_built
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import compare_to_torch, dump_modules
     from pipeline.models.module import build_module
 
-    loaded = load_profile(profile)
+    loaded = as_built(load_profile(profile), onnx_path)
     if not loaded.model.from_pytorch:
         raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file, so there is no torch model to compare; pass the profile of the export")
     load_onnx(onnx_path)

@@ -157,7 +157,7 @@ def bench(
 ) -> None:
     from rich.progress import Progress
 
-    from pipeline.artifacts import recorded_profile
+    from pipeline.artifacts import as_built, recorded_profile
     from pipeline.core import seeds
     from pipeline.core.fileio import check_outputs, write_json
     from pipeline.core.profiles import load_profile
@@ -165,7 +165,7 @@ def bench(
     from trt.bench import bench as run_bench
     from trt.bench import plot
 
-    loaded = load_profile(profile or recorded_profile(artifact) or DEFAULT_PROFILE)
+    loaded = as_built(load_profile(profile or recorded_profile(artifact) or DEFAULT_PROFILE), artifact)
     if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
         from trt.capability import docker_command, profile_argument, tensorrt_missing

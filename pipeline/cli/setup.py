@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated, Optional, get_args
 
 import typer
 
@@ -47,7 +47,8 @@ HfTask = Enum("HfTask", {task.replace("-", "_"): task for task in get_args(Profi
 def init(
     hf: Annotated[str, typer.Option("--hf", help="save_pretrained folder, or a model_type such as bert, gpt2, vit.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (never overwritten).")],
-    task: Annotated[HfTask, typer.Option(help="The head to load.")] = HfTask.base,
+    task: Annotated[Optional[HfTask], typer.Option(help="The head to load [default: base; an encoder-decoder's generation model: "
+                                                        "seq2seq-lm, or speech2seq-lm for Whisper].")] = None,
     full_size: Annotated[bool, typer.Option("--full-size", help="With a model_type: its default config's sizes (e.g. 7B parameters), not a small config.")] = False,
 ) -> None:
     if output.exists():
@@ -57,7 +58,7 @@ def init(
     from pipeline.models.starter import starter_profile
 
     name = output.stem if output.suffix == ".toml" else output.name
-    text = starter_profile(hf, task.value, name, output.resolve().parent, full_size)
+    text = starter_profile(hf, task.value if task else None, name, output.resolve().parent, full_size)
     write_text(output, text)
     load_profile(str(output))  # what was written is a valid profile
     stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import describe_os_error, write_json
 
+PARTS_KEY = "parts"  # a top-level manifest (pipeline/parts.py): {part: its build folder}, no stages of its own
 Status = Literal["done", "cached", "skipped", "failed", "interrupted", "stale"]
 USABLE = ("done", "cached", "skipped")
 
@@ -84,6 +85,8 @@ class Manifest:
 def _read(path: Path, profile: str) -> tuple[str, list[StageRecord], str | None]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and PARTS_KEY in data:
+            raise InputError(parts_folder_message(path.parent, data[PARTS_KEY]))
         known = {f.name for f in fields(StageRecord)}
         stages = [StageRecord(**{k: v for k, v in s.items() if k in known}) for s in data["stages"]]
         return data.get("profile", profile), stages, data.get("profile_source")
@@ -91,3 +94,9 @@ def _read(path: Path, profile: str) -> tuple[str, list[StageRecord], str | None]
         raise InputError(describe_os_error(err, path, writing=False)) from err
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as err:
         raise InputError(f"{path}: not a manifest this version wrote ({type(err).__name__}: {err}); delete it or pass another --out") from err
+
+
+def parts_folder_message(folder: Path, parts: dict[str, str]) -> str:
+    """The line for a command given the top folder of a build of several models, where one model's folder is needed."""
+    named = ", ".join(f"{part} {folder / relative}" for part, relative in parts.items())
+    return f"{folder} holds a build of several models, each in a build folder of its own ({named}); pass one of those folders (to build, another --out)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -32,6 +32,9 @@ def packaged_profiles() -> Path:
 Dtype = Literal["float32", "float16", "int32", "int64", "bool"]
 HfTask = Literal["base", "sequence-classification", "token-classification", "masked-lm", "causal-lm", "image-classification",
                  "seq2seq-lm", "speech2seq-lm"]
+ENCODER_DECODER_TASKS = ("seq2seq-lm", "speech2seq-lm")  # an encoder and a decoder: two models, one build (pipeline/parts.py)
+Part = Literal["encoder", "decoder"]  # the sub-models of an encoder-decoder, in the order a build makes them
+PARTS: tuple[str, ...] = get_args(Part)
 
 
 class _Section(BaseModel):
@@ -156,7 +159,7 @@ class ExportSection(_Section):
         default=None, description="a decoder's KV cache: with-past (inputs past_key_values.*, outputs present.*) or none "
                                   "(use_cache=False) [default: with-past for a model that returns a cache]")
     new_tokens: int = Field(default=16, ge=1, le=1024, description="greedy tokens the generation check decodes (decoders)")
-    part: Literal["encoder", "decoder"] | None = Field(
+    part: Part | None = Field(
         default=None, description="of an encoder-decoder (task seq2seq-lm, speech2seq-lm), the sub-model this build makes "
                                   "[default: both, each in a folder of its own]")
 
@@ -260,6 +263,25 @@ class Profile(_Section):
         if empty:
             raise ValueError(f"dims.{empty[0]}.min: 0 is allowed only for {EMPTY_ALLOWED} (an empty KV cache); set it to 1 or more")
         return self
+
+    @model_validator(mode="after")
+    def _part_of_encoder_decoder(self) -> Profile:
+        if self.export.part is not None and not self.encoder_decoder:
+            raise ValueError(f"export.part = {self.export.part!r} picks a sub-model of an encoder-decoder; model.task "
+                             f"{self.model.task or 'base'!r} is one model: set task to one of {', '.join(ENCODER_DECODER_TASKS)}, or drop part")
+        return self
+
+    @property
+    def encoder_decoder(self) -> bool:
+        """An encoder-decoder (decided by the task alone, no model built): a build makes its encoder and its decoder,
+        each a model of its own (pipeline/parts.py), unless [export] part picks one."""
+        return self.model.task in ENCODER_DECODER_TASKS
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The models a build of this profile makes, each in a build folder of its own: an encoder-decoder's encoder
+        and decoder, unless [export] part picks one; () for one model, built in the build folder itself."""
+        return PARTS if self.encoder_decoder and self.export.part is None else ()
 
     def shape(self, spec: InputSpec, which: Literal["min", "opt", "max"] = "opt") -> tuple[int, ...]:
         """The concrete shape of an input with each named dim at its min, opt or max."""

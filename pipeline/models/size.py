@@ -30,6 +30,22 @@ SMALL_CONFIG = {
 }
 
 
+# An encoder-decoder's small config: each side's depth, heads and feed-forward width under the names its config
+# has (BART-like: encoder_layers, ...; T5: num_layers, num_decoder_layers, num_heads, d_kv, d_ff), its positions
+# (Whisper: max_source_positions, the encoder's frames / 2; max_target_positions, the decoder's tokens).
+SMALL_ENCODER_DECODER = {
+    "d_model": SMALL_CONFIG["hidden_size"],
+    "encoder_layers": SMALL_CONFIG["num_hidden_layers"], "decoder_layers": SMALL_CONFIG["num_hidden_layers"],
+    "num_layers": SMALL_CONFIG["num_hidden_layers"], "num_decoder_layers": SMALL_CONFIG["num_hidden_layers"],
+    "encoder_attention_heads": SMALL_CONFIG["num_attention_heads"], "decoder_attention_heads": SMALL_CONFIG["num_attention_heads"],
+    "num_heads": SMALL_CONFIG["num_attention_heads"], "d_kv": SMALL_CONFIG["head_dim"],
+    "encoder_ffn_dim": SMALL_CONFIG["intermediate_size"], "decoder_ffn_dim": SMALL_CONFIG["intermediate_size"], "d_ff": SMALL_CONFIG["intermediate_size"],
+    "vocab_size": SMALL_CONFIG["vocab_size"], "decoder_vocab_size": SMALL_CONFIG["vocab_size"],
+    "max_position_embeddings": SMALL_CONFIG["max_position_embeddings"], "max_source_positions": 64, "max_target_positions": 64,
+}
+# Token ids a config names, kept inside the smaller vocabulary.
+TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id")
+
 # The small config's stage count (a CNN's or hierarchical transformer's per-stage lists are cut to it),
 # the same as its layer count; its largest image side (a checkpoint folder keeps its own).
 SMALL_STAGES = SMALL_CONFIG["num_hidden_layers"]
@@ -45,6 +61,8 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     each; `cut_lists` False: at their length, for an architecture whose stage count is fixed), rotary dims
     within the head, images within SMALL_IMAGE, special tokens within the vocabulary."""
     defaults = config.to_dict()
+    if getattr(config, "is_encoder_decoder", False):
+        return _encoder_decoder_fields(config, defaults)
     reverse = {standard: own for own, standard in getattr(config, "attribute_map", {}).items()}
     names = {key: reverse.get(key, key) for key in SMALL_CONFIG}
     fields: dict[str, Any] = {names[key]: value for key, value in SMALL_CONFIG.items() if hasattr(config, key)
@@ -60,11 +78,34 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
             fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head; deepseek's qk_rope_head_dim
         if key == "image_size" and _largest_side(value) > SMALL_IMAGE:
             fields[key] = SMALL_IMAGE if isinstance(value, int) else [SMALL_IMAGE] * len(value)
+    return {**fields, **_token_ids(config)}
+
+
+def _encoder_decoder_fields(config: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+    """SMALL_ENCODER_DECODER's keys the config has (both sides the same size), its token ids inside the vocabulary."""
+    fields = {key: value for key, value in SMALL_ENCODER_DECODER.items() if key in defaults}
+    starts = [getattr(config, key, None) for key in ("decoder_start_token_id", "bos_token_id")]
+    if starts == [None, None] and isinstance(pad := getattr(config, "pad_token_id", None), int):
+        fields["decoder_start_token_id"] = pad  # T5's checkpoints start decoding at the pad token; generate needs a start
+    return {**fields, **_token_ids(config)}
+
+
+def _token_ids(config: Any) -> dict[str, Any]:
+    """Special tokens and suppressed ones (Whisper's begin_suppress_tokens) inside the smaller vocabulary: the ids
+    beyond it moved to its end, keeping which are equal and their order (Whisper's start token stays after its end token)."""
     vocab = SMALL_CONFIG["vocab_size"]
-    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):  # special tokens stay inside the smaller vocabulary
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value >= vocab:
-            fields[key] = vocab - 1
+    ids = {key: value for key in TOKEN_IDS if isinstance(value := getattr(config, key, None), int)}
+    lists = {key: list(value) for key in ("suppress_tokens", "begin_suppress_tokens") if isinstance(value := getattr(config, key, None), (list, tuple))}
+    beyond = [token for token in (*ids.values(), *(t for value in lists.values() for t in value)) if token >= vocab]
+    if not beyond:
+        return {}
+    top = max(beyond)
+
+    def moved(token: int) -> int:
+        return max(vocab - 1 - (top - token), 0) if token >= vocab else token
+
+    fields: dict[str, Any] = {key: moved(value) for key, value in ids.items() if value >= vocab}
+    fields.update({key: [moved(token) for token in value] for key, value in lists.items() if any(token >= vocab for token in value)})
     return fields
 
 

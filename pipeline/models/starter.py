@@ -16,17 +16,19 @@ from pipeline.core.errors import InputError, PipelineError
 from pipeline.core.profiles import Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
 from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
+from pipeline.models.seq2seq_starter import EXPORT, EXPORT_COMMENT, encoder_decoder_inputs, run_encoder_decoder, task_of
 from pipeline.models.size import small_config_fields
 
 
-def starter_profile(source: str, task: str, name: str, profile_folder: Path, full_size: bool = False) -> str:
+def starter_profile(source: str, task: str | None, name: str, profile_folder: Path, full_size: bool = False) -> str:
     """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
     model_type (random weights: a small config unless `full_size`). Inputs come from the config and
     the task's forward (ids, mask and token types for text, pixel_values for images; a decoder's KV
-    cache as Optimum lays it out), dims from its limits; every choice is commented."""
+    cache as Optimum lays it out; an encoder-decoder's encoder inputs), dims from its limits; every choice
+    is commented. `task` None: base, or an encoder-decoder's generation head (pipeline/models/seq2seq_starter.py)."""
     transformers = import_transformers(f"init --hf {source}", InputError)
     folder = Path(source).expanduser()
-    model: dict[str, Any] = {"task": task, "seed": 0}
+    model: dict[str, Any] = {"task": task, "seed": 0}  # task: None until the config says (base, or an encoder-decoder's)
     if folder.is_dir():
         model["hf"] = Path(os.path.relpath(folder.resolve(), profile_folder.resolve())).as_posix()
     try:
@@ -46,26 +48,27 @@ def _cuts_lists(transformers: Any, model_type: str) -> bool:
     return small_config_fields(default) != small_config_fields(default, cut_lists=False)
 
 
-def _starter_text(transformers: Any, source: str, task: str, name: str, profile_folder: Path, full_size: bool, folder: Path,
+def _starter_text(transformers: Any, source: str, task: str | None, name: str, profile_folder: Path, full_size: bool, folder: Path,
                   model: dict[str, Any], cut_lists: bool) -> str:
     config, hf_config = _starter_config(transformers, source, folder, full_size, cut_lists)
-    if config.is_encoder_decoder:
-        raise InputError(f"init --hf {source}: {type(config).__name__.removesuffix('Config')} is an encoder-decoder model; exporting its encoder "
-                         "and its decoder with past as two models in one build is not supported yet: write a factory returning "
-                         "model.get_encoder() (inputs input_ids, attention_mask) to deploy the encoder, or choose a decoder-only model")
+    task = model["task"] = task_of(transformers, source, config, task)
     try:
         model_class = getattr(transformers, AUTO_CLASSES[task])._model_mapping[type(config)]
         model_class = model_class[0] if isinstance(model_class, tuple) else model_class  # funnel: (FunnelModel, FunnelBaseModel), as transformers picks
     except (KeyError, ValueError) as err:  # ValueError: a class transformers maps but does not have (voxtral_realtime_text)
         raise InputError(f"init --hf {source}: transformers has no {task} model for model_type {config.model_type!r}; choose another --task") from err
     try:
-        dims, inputs, decoder = _starter_inputs(source, model_class, config, small=bool(hf_config) and not full_size)
+        if config.is_encoder_decoder:
+            dims, inputs, decoder = (*encoder_decoder_inputs(config, task), False)
+        else:
+            dims, inputs, decoder = _starter_inputs(source, model_class, config, small=bool(hf_config) and not full_size)
     except PipelineError:
         raise
     except Exception as err:  # noqa: BLE001 - transformers' config and model, not ours (a composite config has no num_channels, ...)
         raise InputError(f"init --hf {source}: cannot derive {model_class.__name__}'s inputs from its config ({type(err).__name__}: {short_error(err)}); "
                          f"{_parts(config)}write its [[inputs]] by hand (see docs/models.md)") from err
-    document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs, decoder)
+    document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs,
+                                 "encoder-decoder" if config.is_encoder_decoder else "decoder" if decoder else "")
     if not full_size:  # a default config's model may not fit this machine: its user sizes it
         _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
     return tomlkit.dumps(document)
@@ -108,7 +111,11 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
     model: Any = None
     try:
         model = load_hf_model(profile)
+        sizes = {"batch": 1} if checkpoint else None
         with torch.no_grad():
+            if profile.encoder_decoder:
+                run_encoder_decoder(model, profile, sizes)
+                return
             if not decoder and "seq" in profile.dims:
                 longest = _longest_sequence(model, profile)
                 if longest < profile.dims["seq"].max:
@@ -117,7 +124,6 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
                     seq.comment(f"the longest sequence {type(model).__name__} takes")
                     profile = Profile.model_validate({**document.unwrap(), "source": path})
             bound, export_profile = prepare(model, profile)
-            sizes = {"batch": 1} if checkpoint else None
             bound(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=0, which="max", dims=sizes).values()))
     except PipelineError as err:
         raise InputError(f"init --hf {source}: {str(err).removeprefix(f'{path}: ')}") from err
@@ -176,8 +182,8 @@ def _small_config(transformers: Any, model_type: str, default: Any, cut_lists: b
                          "there is no small config for it: write its hf_config by hand, or use --full-size") from err
 
 
-def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, decoder: bool):
-    """The starter profile as a TOML document: every choice commented."""
+def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, kind: str):
+    """The starter profile as a TOML document: every choice commented (`kind`: "decoder", "encoder-decoder" or "")."""
     document = tomlkit.document()
     document.add(tomlkit.comment(f"Starter profile for {what}."))
     document.add(tomlkit.comment("Set [dims] to the shapes you deploy (TensorRT builds for min..max, tuned for opt)."))
@@ -193,8 +199,9 @@ def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: 
     for row, comment in inputs:
         rows.append(_table(row, comment))
     document.add("inputs", rows)
-    export = {"exporter": "dynamo", "opset": 20, **({"cache": "with-past"} if decoder else {})}
-    document.add("export", _table(export, 'cache "with-past": one graph for prefill (past_seq = 0) and decode; "none": no KV cache' if decoder else ""))
+    export = {"exporter": "dynamo", "opset": 20, **({"cache": "with-past"} if kind == "decoder" else EXPORT if kind == "encoder-decoder" else {})}
+    comment = {"decoder": 'cache "with-past": one graph for prefill (past_seq = 0) and decode; "none": no KV cache', "encoder-decoder": EXPORT_COMMENT}
+    document.add("export", _table(export, comment.get(kind, "")))
     return document
 
 
