@@ -167,6 +167,21 @@ def test_end_to_end_generation_through_both_files(built):
     assert int8["token_agreement"] >= 0.5
 
 
+def test_an_encoder_without_the_cross_attention_caches_is_refused_in_one_line():
+    """An encoder file of the earlier layout (`last_hidden_state` only) cannot feed the decoder: said, not a KeyError."""
+    from types import SimpleNamespace
+
+    from pipeline.core.errors import InputError
+    from pipeline.models.seq2seq import cross_feeds
+
+    decoder = SimpleNamespace(inputs=[SimpleNamespace(name=name) for name in (
+        "input_ids", "past_key_values.0.decoder.key", "past_key_values.0.encoder.key", "past_key_values.0.encoder.value")])
+    cross = {"present.0.encoder.key": np.ones(1), "present.0.encoder.value": np.zeros(1)}
+    assert list(cross_feeds({"last_hidden_state": np.ones(1), **cross}, decoder)) == ["past_key_values.0.encoder.key", "past_key_values.0.encoder.value"]
+    with pytest.raises(InputError, match="the encoder has no output 'present.0.encoder.key' for the decoder's 'past_key_values.0.encoder.key'"):
+        cross_feeds({"last_hidden_state": np.ones(1)}, decoder)
+
+
 def test_a_part_of_a_model_without_parts_is_refused_in_one_line(tmp_path):
     profile = write_profile(tmp_path, 'name = "bert-part"\n[model]\nhf_config = { model_type = "bert", hidden_size = 64, num_hidden_layers = 1, '
                                       'num_attention_heads = 2, intermediate_size = 64, vocab_size = 100 }\n' + TEXT_INPUTS.replace("256", "100")
