@@ -99,7 +99,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
 
 def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None,
                 status: Status) -> dict[str, Any] | None:
-    """The generation check of a decoder, or of an encoder-decoder's decoder part (on the encoder's output for `given`'s inputs)."""
+    """The generation check of a decoder, or of an encoder-decoder's decoder part (on the encoder part's outputs for `given`'s inputs)."""
     import torch
 
     from pipeline.models.decoder import generates
@@ -111,7 +111,7 @@ def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, 
         return None
     from pipeline.models.seq2seq import check_decoder_generation
 
-    status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's output")
+    status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's cross-attention caches")
     with _one_thread(torch):
         return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
 

@@ -35,7 +35,7 @@ def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> d
     profile = job.settings.profile
     started = time.perf_counter()
     reference, head = load_reference(path)
-    fed = load_feeds(path)  # an encoder-decoder's decoder: its start tokens and the encoder output torch decoded from
+    fed = load_feeds(path)  # an encoder-decoder's decoder: its start tokens and the encoder outputs (cross-attention caches) torch decoded from
     session = candidate if isinstance(candidate, OnnxSession) else OnnxSession(candidate)
     figures = compare(reference, greedy(session.run_named, profile, head, ids=fed["prompt"], fixed=fed["fixed"]))
     figures["check_seconds"] = round(time.perf_counter() - started, 3)
@@ -48,7 +48,7 @@ def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> d
 
 
 def fixed_feeds(job: Job) -> dict[str, Any] | None:
-    """The inputs an encoder-decoder's decoder is fed at every step (the encoder output its export decoded from), else None."""
+    """The inputs an encoder-decoder's decoder is fed at every step (the encoder outputs and mask its export decoded from), else None."""
     from pipeline.core.generation import load_feeds
 
     if "generation" not in job.outputs_of("export"):

@@ -53,7 +53,8 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     time, on the cache the FP32 model (`onnx_path`) wrote. Random `past_key_values` are no stand-in:
     their scale is not the model's, and INT8 scales calibrated on them round a real cache's keys and
     values, and the attention output, to zero (greedy tokens then agree with FP32 on 0-6%). `fixed`: inputs
-    fed at every step, an encoder-decoder's real encoder output (its rows repeated to the batch), not random ones."""
+    fed at every step, an encoder-decoder's real encoder outputs (cross-attention caches) and mask, their rows repeated to
+    the batch, not random ones."""
     import onnx
 
     from pipeline.core.generation import embedding_head, greedy
@@ -78,7 +79,7 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
         greedy(recorded, profile, head, ids=rng.integers(int(low), int(high), (batch, length), dtype=np.int64), new_tokens=DECODE_STEPS + 1,
                fixed=rows)
         prompts += 1
-    encoder = f", on the encoder output of the export's generation check ({', '.join(rows)})" if rows else ""
+    encoder = f", on the encoder output of the export's generation check ({len(rows)} inputs fed at every step)" if rows else ""
     return feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) of {batch} rows as the decoder is fed: the prefill of {prompts} random "
                              f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote{encoder}")
 

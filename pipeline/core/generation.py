@@ -72,7 +72,7 @@ def prompts(profile: Profile) -> np.ndarray:
 def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: np.ndarray | None = None,
            new_tokens: int | None = None, fixed: dict[str, np.ndarray] | None = None) -> Generation:
     """Greedy decoding of `new_tokens` (default: the profile's) from `ids` (default: `prompts(profile)`) through `run`;
-    `fixed`: inputs fed unchanged at every step (an encoder-decoder's encoder output and mask, one row per prompt)."""
+    `fixed`: inputs fed unchanged at every step (an encoder-decoder's cross-attention caches and mask, one row per prompt)."""
     ids = prompts(profile) if ids is None else ids
     specs = {s.name: s for s in profile.inputs}
     past_names = [s.name for s in profile.inputs if PAST_INPUT.fullmatch(s.name)]
@@ -152,7 +152,7 @@ def load_reference(path: Path) -> tuple[Generation, np.ndarray | None]:
 
 def load_feeds(path: Path) -> dict[str, Any]:
     """What a reference's generation was fed beside the profile's prompts: `prompt` (the ids it started from, else None),
-    `fixed` (inputs fed at every step: an encoder-decoder's encoder output) and `encoder` (the encoder's inputs), by name."""
+    `fixed` (inputs fed at every step: an encoder-decoder's cross-attention caches and mask) and `encoder` (the encoder's inputs), by name."""
     with np.load(path) as data:
         return {"prompt": data["prompt"] if "prompt" in data else None,
                 **{group: {k.removeprefix(f"{group}."): data[k] for k in data if k.startswith(f"{group}.")} for group in ("fixed", "encoder")}}

@@ -194,7 +194,7 @@ def derived_note(metrics: dict[str, Any]) -> str:
     if not derived:
         return ""
     past = derived["dims"][PAST_DIM]
-    caches = sum(1 for spec in derived["inputs"] if PAST_INPUT.fullmatch(spec["name"]))
+    caches = sum(1 for spec in derived["inputs"] if spec["name"].startswith("past_key_values."))  # an encoder-decoder's cross caches too
     return f", cache derived: {caches} past_key_values inputs, {PAST_DIM} {past['min']}..{past['max']}"
 
 

@@ -1,40 +1,45 @@
 """Encoder-decoders (T5, BART, mBART, Marian: `[model] task = "seq2seq-lm"`; Whisper: `"speech2seq-lm"`), one part a
 build: `[export] part = "encoder"` or `"decoder"` (a build without `part` makes both, each in a folder of its own).
 
-- encoder: the model's encoder, as Optimum's encoder_model.onnx: the profile's inputs (`input_ids`, `attention_mask`;
-  Whisper's `input_features`) -> `last_hidden_state`.
-- decoder: one graph for every step, Optimum's decoder_with_past_model.onnx taking an empty cache too (past_seq min 0):
-  `input_ids` [batch, seq] (decoder tokens), `encoder_hidden_states` [batch, encoder_seq, hidden],
-  `encoder_attention_mask` [batch, encoder_seq] (not Whisper's), `past_key_values.{i}.decoder.key/value`
-  [batch, heads, past_seq, head_dim] -> `logits`, `present.{i}.decoder.key/value`. The cross-attention keys and values
-  are computed from `encoder_hidden_states` at every step (an empty cross-attention cache each call): no If node, one
-  TensorRT engine, one optimization profile. Its inputs are derived from the self-attention cache a prefill returns
-  (`cache_layout`); dims: `encoder_seq` is the profile's `seq` (the source length; Whisper's is fixed, the encoder's
-  output length), `seq` the decoder tokens of one call (`DECODER_SEQ`), `past_seq` the profile's `[dims.past_seq]`, else
-  0 to the source length's max within the decoder's positions.
+- encoder: the profile's inputs (`input_ids`, `attention_mask`; Whisper's `input_features`) -> `last_hidden_state` and
+  each decoder layer's cross-attention keys and values, computed once a sequence: `present.{i}.encoder.key/value`
+  [batch, heads, encoder_seq, head_dim] (Optimum's names). They are what the model's own decoder writes into an empty
+  cross-attention cache on a dummy token (`encode`): no per-architecture table; the dummy step's self-attention and
+  logits reach no output and leave the graph as dead code.
+- decoder: one graph for every step, Optimum's decoder_with_past_model.onnx taking an empty self-attention cache too
+  (past_seq min 0): `input_ids` [batch, seq] (decoder tokens), `encoder_attention_mask` [batch, encoder_seq] (not
+  Whisper's), `past_key_values.{i}.decoder.key/value` [batch, heads, past_seq, head_dim] and
+  `past_key_values.{i}.encoder.key/value` (the encoder part's) -> `logits`, `present.{i}.decoder.key/value`. No If
+  node, no cross-attention projection of the encoder's states: one TensorRT engine, one optimization profile. Its
+  inputs are derived from the caches a prefill returns (`cache_layout`); dims: `encoder_seq` is the profile's `seq`
+  (the source length; Whisper's is fixed, the encoder's output length), `seq` the decoder tokens of one call
+  (`DECODER_SEQ`), `past_seq` the profile's `[dims.past_seq]`, else 0 to the source length's max within the decoder's
+  positions.
 
-The decoder part's generation check (`check_decoder_generation`) runs the encoder once in torch on the profile's
+The decoder part's generation check (`check_decoder_generation`) runs the encoder part once in torch on the profile's
 encoder inputs and decodes greedily from `decoder_start_token_id`; the reference it saves keeps the encoder's inputs
-and outputs, so later stages decode their decoder alone on the same encoder output (`load_feeds`), and
+and its cross-attention caches, so later stages decode their decoder alone on them (`load_feeds`), and
 `end_to_end_generation` runs an encoder and a decoder file together. torch and transformers are imported at call time.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import ProfileError, first_line
+from pipeline.core.errors import InputError, ProfileError, first_line
 from pipeline.core.generation import Runner
 from pipeline.core.profiles import InputSpec, Profile
 
 SEQ2SEQ_TASKS = ("seq2seq-lm", "speech2seq-lm")
 ENCODER_SEQ = "encoder_seq"
 DECODER_SEQ = {"min": 1, "opt": 1, "max": 4}  # decoder tokens a call: 1 when decoding, up to 4 for a forced prefix (Whisper's task tokens)
+CROSS_INPUT = re.compile(r"past_key_values\.\d+\.encoder\.(key|value)")  # the decoder's cross-attention cache, the encoder part's outputs
 GENERATION_ROWS = 2  # rows of encoder input the generation check decodes
 
 
@@ -59,29 +64,45 @@ def prepare_part(model: Any, profile: Profile) -> tuple[Any, Profile]:
         raise ProfileError(f"{profile.source}: inputs: {type(encoder).__name__}.forward has no argument {unknown[0]!r}; the profile's "
                            f"[[inputs]] are the encoder's: {', '.join(offered)}")
     if profile.export.part == "encoder":
-        return _bind_encoder(encoder, profile), profile
-    hidden, layout = _prefill(model, profile)
-    decoder = decoder_profile(profile, model, layout, hidden)
-    return _bind_decoder(model, decoder, len(layout)), decoder
+        return _bind_encoder(model, profile), profile
+    hidden, self_layout, cross_layout = _prefill(model, profile)
+    decoder = decoder_profile(profile, model, self_layout, cross_layout, hidden)
+    return _bind_decoder(model, decoder, len(self_layout), int(hidden.shape[2])), decoder
 
 
-def run_encoder(model: Any, feeds: dict[str, np.ndarray], profile: Profile) -> Any:
-    """The torch encoder's `last_hidden_state` on `feeds` (the profile's encoder inputs); a model that does not run on
-    them is the user's to fix (one line)."""
+def encode(model: Any, named: dict[str, Any]) -> dict[str, Any]:
+    """The encoder part's outputs on the encoder inputs `named` (torch tensors by name): `last_hidden_state` and each
+    decoder layer's cross-attention keys and values, `present.{i}.encoder.key/value`: what the model's decoder (its
+    class's forward, whatever a part bound on the instance) writes into an empty cross-attention cache on one dummy
+    token. The dummy step's self-attention and logits reach no output."""
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    hidden = model.get_encoder()(**named, return_dict=True).last_hidden_state
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    type(model).forward(model, encoder_outputs=(hidden,), attention_mask=named.get("attention_mask"), past_key_values=cache, use_cache=True,
+                        decoder_input_ids=torch.zeros((hidden.shape[0], 1), dtype=torch.long, device=hidden.device), return_dict=True)
+    return {"last_hidden_state": hidden, **{f"present.{i}.encoder.{kind}": getattr(layer, f"{kind}s")
+                                            for i, layer in enumerate(cache.cross_attention_cache.layers) for kind in ("key", "value")}}
+
+
+def run_encoder(model: Any, feeds: dict[str, np.ndarray], profile: Profile) -> dict[str, Any]:
+    """`encode` in torch on `feeds` (the profile's encoder inputs); a model that does not run on them is the user's to
+    fix (one line)."""
     import torch
 
     try:
         with torch.no_grad():
-            return model.get_encoder()(**{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()}, return_dict=True).last_hidden_state
+            return encode(model, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()})
     except Exception as err:
         given = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
         raise ProfileError(f"{profile.source}: inputs: the encoder of {type(model).__name__} does not run on {given} "
                            f"({type(err).__name__}: {first_line(err)}); give [[inputs]] the names and shapes it takes") from err
 
 
-def _prefill(model: Any, profile: Profile) -> tuple[Any, list]:
-    """The encoder's output on the profile's smallest inputs and the layout of the self-attention cache the decoder
-    returns from a prefill of two tokens on it."""
+def _prefill(model: Any, profile: Profile) -> tuple[Any, list, list]:
+    """The encoder's output on the profile's smallest inputs and the layouts of the self- and cross-attention caches
+    the decoder returns from a prefill of two tokens on it."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
 
@@ -89,16 +110,17 @@ def _prefill(model: Any, profile: Profile) -> tuple[Any, list]:
     from pipeline.models.decoder import cache_layout
 
     feeds = make_inputs(profile, seed=profile.model.seed, which="min")
-    hidden = run_encoder(model, feeds, profile)
+    hidden = run_encoder(model, feeds, profile)["last_hidden_state"]
     with torch.no_grad():
         output = model(encoder_outputs=(hidden,), decoder_input_ids=torch.zeros((hidden.shape[0], 2), dtype=torch.long),
                        past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True, return_dict=True)
-    return hidden, cache_layout(model, output.past_key_values.self_attention_cache)
+    cache = output.past_key_values
+    return hidden, cache_layout(model, cache.self_attention_cache), cache_layout(model, cache.cross_attention_cache)
 
 
-def decoder_profile(profile: Profile, model: Any, layout: list, hidden: Any) -> Profile:
-    """The decoder part's profile: its inputs (module docstring) and dims, from the encoder profile `profile`, the
-    self-attention cache `layout` and the encoder's output `hidden` [batch, encoder length, hidden size]."""
+def decoder_profile(profile: Profile, model: Any, self_layout: list, cross_layout: list, hidden: Any) -> Profile:
+    """The decoder part's profile: its inputs (module docstring) in Optimum's order and dims, from the encoder profile
+    `profile`, the caches' layouts and the encoder's output `hidden` [batch, encoder length, hidden size]."""
     from pipeline.models.decoder import PAST_DIM
 
     specs = {spec.name: spec for spec in profile.inputs}
@@ -106,13 +128,13 @@ def decoder_profile(profile: Profile, model: Any, layout: list, hidden: Any) -> 
     if "batch" not in profile.dims or (text and "seq" not in profile.dims):
         raise ProfileError(f"{profile.source}: dims: the decoder part needs the encoder inputs' dims named batch and seq (the source length); rename yours")
     encoder_length = ENCODER_SEQ if text else int(hidden.shape[1])  # Whisper's: fixed by its input_features
-    inputs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, model.config.vocab_size]},
-              {"name": "encoder_hidden_states", "dtype": str(hidden.dtype).removeprefix("torch."), "shape": ["batch", encoder_length, int(hidden.shape[2])]}]
+    inputs = [{"name": "input_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, model.config.vocab_size]}]
     if text and "attention_mask" in specs:
         inputs.append({"name": "encoder_attention_mask", "dtype": specs["attention_mask"].dtype, "shape": ["batch", ENCODER_SEQ], "fill": "mask"})
-    for i, layer in enumerate(layout):
-        inputs += [{"name": f"past_key_values.{i}.decoder.key", "dtype": layer.dtype, "shape": ["batch", layer.key_heads, PAST_DIM, layer.key_dim]},
-                   {"name": f"past_key_values.{i}.decoder.value", "dtype": layer.dtype, "shape": ["batch", layer.value_heads, PAST_DIM, layer.value_dim]}]
+    for i, (own, cross) in enumerate(zip(self_layout, cross_layout, strict=True)):
+        for cache, layer, length in (("decoder", own, PAST_DIM), ("encoder", cross, encoder_length)):
+            inputs += [{"name": f"past_key_values.{i}.{cache}.key", "dtype": layer.dtype, "shape": ["batch", layer.key_heads, length, layer.key_dim]},
+                       {"name": f"past_key_values.{i}.{cache}.value", "dtype": layer.dtype, "shape": ["batch", layer.value_heads, length, layer.value_dim]}]
     dims = {"batch": profile.dims["batch"].model_dump(), **({ENCODER_SEQ: profile.dims["seq"].model_dump()} if text else {}),
             "seq": DECODER_SEQ, PAST_DIM: past_range(profile, model.config)}
     return Profile.model_validate({**profile.model_dump(), "inputs": inputs, "dims": dims, "source": profile.source})
@@ -138,31 +160,38 @@ def past_range(profile: Profile, config: Any) -> dict[str, int]:
     return past
 
 
-def _bind_encoder(encoder: Any, profile: Profile) -> Any:
-    """The encoder, its forward taking the profile's inputs in order and returning {"last_hidden_state": ...}."""
-    names, own = [spec.name for spec in profile.inputs], encoder.forward
+def _bind_encoder(model: Any, profile: Profile) -> Any:
+    """The whole model, its forward taking the profile's inputs in order and returning `encode`'s outputs."""
+    names = [spec.name for spec in profile.inputs]
 
     def forward(*inputs):
-        return {"last_hidden_state": own(**dict(zip(names, inputs, strict=True)), return_dict=True).last_hidden_state}
+        return encode(model, dict(zip(names, inputs, strict=True)))
 
-    encoder.forward = forward  # on the instance: node names keep the encoder's scopes
-    return encoder
+    model.forward = forward  # on the instance: node names keep the model's scopes
+    return model
 
 
-def _bind_decoder(model: Any, profile: Profile, layers: int) -> Any:
-    """The whole model, its forward taking the decoder profile's inputs in order: the cache inputs become the
-    self-attention half of an EncoderDecoderCache whose cross-attention half is empty (so cross keys and values are
-    computed from encoder_hidden_states), the returned self-attention cache `present.{i}.decoder.key/value`."""
+def _bind_decoder(model: Any, profile: Profile, layers: int, hidden_size: int) -> Any:
+    """The whole model, its forward taking the decoder profile's inputs in order: the cache inputs become an
+    EncoderDecoderCache, its cross-attention half marked updated so that the given keys and values are read, not
+    computed; the returned self-attention cache `present.{i}.decoder.key/value`. A decoder layer runs its
+    cross-attention only when given encoder states (BART's, Whisper's): it gets zeros of their shape, which no
+    projection reads."""
+    import torch
     from transformers import DynamicCache, EncoderDecoderCache
 
     names, own = [spec.name for spec in profile.inputs], model.forward
 
     def forward(*inputs):
         named = dict(zip(names, inputs, strict=True))
-        pairs = [(named[f"past_key_values.{i}.decoder.key"], named[f"past_key_values.{i}.decoder.value"]) for i in range(layers)]
-        output = own(decoder_input_ids=named["input_ids"], encoder_outputs=(named["encoder_hidden_states"],),
-                     attention_mask=named.get("encoder_attention_mask"), use_cache=True, return_dict=True,
-                     past_key_values=EncoderDecoderCache(DynamicCache(ddp_cache_data=pairs), DynamicCache()))
+        pairs = {cache: [(named[f"past_key_values.{i}.{cache}.key"], named[f"past_key_values.{i}.{cache}.value"]) for i in range(layers)]
+                 for cache in ("decoder", "encoder")}
+        cache = EncoderDecoderCache(DynamicCache(ddp_cache_data=pairs["decoder"]), DynamicCache(ddp_cache_data=pairs["encoder"]))
+        cache.is_updated = dict.fromkeys(range(layers), True)
+        key = pairs["encoder"][0][0]
+        stand_in = torch.zeros((key.shape[0], key.shape[2], hidden_size), dtype=key.dtype, device=key.device)
+        output = own(decoder_input_ids=named["input_ids"], encoder_outputs=(stand_in,), attention_mask=named.get("encoder_attention_mask"),
+                     past_key_values=cache, use_cache=True, return_dict=True)
         present = output.past_key_values.self_attention_cache.layers
         return {"logits": output.logits, **{f"present.{i}.decoder.{kind}": getattr(layer, f"{kind}s") for i, layer in enumerate(present)
                                             for kind in ("key", "value")}}
@@ -190,17 +219,18 @@ def start_ids(model: Any, rows: int, profile: Profile) -> np.ndarray:
 
 
 def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch_run: Runner, session: Any, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch (`torch_run`: the model's decoder forward) and with the exported decoder (`session`) on the torch encoder's output for the
-    encoder profile `given`'s inputs: the tokens must agree exactly. torch's run, with the encoder's inputs and outputs
-    it fed, is saved to `reference_path` (if given) for later stages and `end_to_end_generation`."""
+    """Greedy decoding with torch (`torch_run`: the model's decoder forward) and with the exported decoder (`session`) on
+    the torch encoder part's cross-attention caches for the encoder profile `given`'s inputs: the tokens must agree
+    exactly. torch's run, with the encoder's inputs and the caches and mask it fed, is saved to `reference_path` (if
+    given) for later stages and `end_to_end_generation`."""
     from pipeline.core.generation import compare, greedy, require_exact, save_reference
 
     started = time.perf_counter()
     encoder_inputs = generation_inputs(given)
-    fixed = {"encoder_hidden_states": run_encoder(model, encoder_inputs, given).numpy()}
+    fixed = cross_feeds({name: tensor.numpy() for name, tensor in run_encoder(model, encoder_inputs, given).items()}, profile)
     if any(spec.name == "encoder_attention_mask" for spec in profile.inputs):
         fixed["encoder_attention_mask"] = encoder_inputs["attention_mask"]
-    prompt = start_ids(model, len(fixed["encoder_hidden_states"]), profile)
+    prompt = start_ids(model, len(next(iter(encoder_inputs.values()))), profile)
     reference = greedy(torch_run, profile, ids=prompt, fixed=fixed)
     figures = compare(reference, greedy(session.run_named, profile, ids=prompt, fixed=fixed))
     require_exact(figures, "export", "torch's")
@@ -210,20 +240,31 @@ def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch
     return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
 
 
+def cross_feeds(encoded: dict[str, np.ndarray], profile: Profile) -> dict[str, np.ndarray]:
+    """The decoder's cross-attention cache inputs (`past_key_values.{i}.encoder.*`) from the encoder part's outputs
+    (`present.{i}.encoder.*`); an encoder that lacks one the decoder `profile` takes is refused in one line."""
+    wanted = [spec.name for spec in profile.inputs if CROSS_INPUT.fullmatch(spec.name)]
+    missing = [name for name in wanted if name.replace("past_key_values", "present") not in encoded]
+    if missing:
+        raise InputError(f"the encoder has no output {missing[0].replace('past_key_values', 'present')!r} for the decoder's {missing[0]!r} "
+                         f"(it outputs {', '.join(encoded)}): export the encoder part with this version")
+    return {name: encoded[name.replace("past_key_values", "present")] for name in wanted}
+
+
 def end_to_end_generation(encoder_onnx: Path, decoder_onnx: Path, reference: Path, profile: Profile) -> dict[str, Any]:
     """Greedy generation through an encoder and a decoder file on onnxruntime CPU (the encoder once on the reference's
-    encoder inputs, the decoder step by step on its output and its own cache) against torch's, the decoder part's
-    export reference (model.generation.npz): `compare`'s figures (token agreement, first divergent step and row, ...).
-    `profile`: the decoder part's (its derived inputs), or the user's, the cache inputs then read from `decoder_onnx`."""
+    encoder inputs, giving the cross-attention caches; the decoder step by step on them and its own cache) against
+    torch's, the decoder part's export reference (model.generation.npz): `compare`'s figures (token agreement, first
+    divergent step and row, ...). `profile`: the decoder part's (its derived inputs), or the user's, the cache inputs
+    then read from `decoder_onnx`."""
     from pipeline.core.generation import compare, greedy, load_feeds, load_reference
     from pipeline.core.verify import OnnxSession
 
     started = time.perf_counter()
     expected, _ = load_reference(reference)
     fed = load_feeds(reference)
-    hidden = OnnxSession(encoder_onnx).run_named(fed["encoder"])["last_hidden_state"]
-    fixed = {**fed["fixed"], "encoder_hidden_states": hidden}
     steps = _decoder_inputs(profile, decoder_onnx)
+    fixed = {**fed["fixed"], **cross_feeds(OnnxSession(encoder_onnx).run_named(fed["encoder"]), steps)}
     candidate = greedy(OnnxSession(decoder_onnx).run_named, steps, ids=fed["prompt"], new_tokens=expected.tokens.shape[1], fixed=fixed)
     return {**compare(expected, candidate), "check_seconds": round(time.perf_counter() - started, 3)}
 

@@ -19,7 +19,7 @@ QUANTIZE_READS = (*shared.CALIBRATION_READS, "quant.preset", "quant.calibration_
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, log: Path | None = None,
              on_step: Callable[[int, int], None] = lambda done, total: None, keep: tuple[str, ...] = (), fixed: dict | None = None):
     """Q/DQ `source` into `target` with the profile's quant settings, the nodes named in `keep` (the repair's) left unquantized;
-    returns the result and where the calibration data came from. `fixed`: an encoder-decoder's encoder output for its decoder."""
+    returns the result and where the calibration data came from. `fixed`: an encoder-decoder's encoder outputs (cross-attention caches) and mask for its decoder."""
     from pipeline.core.onnxfile import atomic_onnx
     from pipeline.core.quiet import captured
     from quant.calibration import calibration_data, decoder_calibration, fed_as_decoder
