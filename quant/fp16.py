@@ -76,9 +76,9 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
     providers = ["cuda", "cpu"] if cuda_device_present() else ["cpu"]
     logging.getLogger("modelopt").setLevel(logging.WARNING)
     try:
-        with contextlib.redirect_stdout(io.StringIO()), _npz(reference_feeds) as calibration_data:
+        with contextlib.redirect_stdout(io.StringIO()), _npz(reference_feeds) as calibration_data, _autocast_input(source, target) as tensor_constants:
             model = convert_to_mixed_precision(
-                onnx_path=str(source), low_precision_type=low_precision_type, keep_io_types=True, providers=providers,
+                onnx_path=str(tensor_constants), low_precision_type=low_precision_type, keep_io_types=True, providers=providers,
                 op_types_to_exclude=op_types_to_exclude or None, nodes_to_exclude=nodes_to_exclude or None,
                 calibration_data=calibration_data,
             )
@@ -93,6 +93,27 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
         else:
             unchecked = "not run: onnxruntime's CPU provider has no BF16 kernels for Conv/MatMul (a CUDA device is needed to check it)"
     return AutocastResult(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, unchecked)
+
+
+@contextlib.contextmanager
+def _autocast_input(source: Path, beside: Path):
+    """`source`, or where a Constant holds its value as an attribute (value_float, value_ints: the dynamo exporter's
+    scalars, e.g. ReLU6's bounds 0 and 6), a copy in a work folder beside `beside` with each as a tensor `value`.
+    AutoCast (ModelOpt 0.47, `onnx/utils.py: _convert_constant_values`) removes the Cast to FP16 it inserted after a
+    Constant and converts the Constant's tensor value, but leaves a value_float as it is: MobileNetV2's Clip then
+    took an FP16 input and FP32 bounds, which onnxruntime refuses to load ("Type parameter (T) of Optype (Clip)
+    bound to different types")."""
+    import onnx
+
+    from pipeline.core.onnxfile import constants_as_tensors, external_tensors, private_copy
+
+    model = onnx.load(str(source), load_external_data=False)
+    if not constants_as_tensors(model):
+        yield source
+        return
+    with private_copy(source, external_tensors(model), beside) as (_, copy):
+        onnx.save(model, str(copy))
+        yield copy
 
 
 @contextlib.contextmanager

@@ -59,6 +59,8 @@ def test_a_fixed_stage_count_keeps_its_lists_at_their_length(tmp_path, model_typ
         ("gptj", {"n_embd": 64, "n_head": 4, "rotary_dim": 16}),  # 64 by default: wider than a head of 16
         ("convnext", {"num_stages": 2, "hidden_sizes": [96, 192], "depths": [1, 1], "out_features": ["stage2"]}),
         ("swin", {"num_layers": 2, "depths": [1, 1], "num_heads": [3, 6]}),  # one head count per stage, not init's 4
+        ("xlnet", {"d_model": 64, "n_head": 4, "d_head": 16}),  # d_head 64 by default; no position limit (max_position_embeddings -1)
+        ("funnel", {"d_head": 16, "block_sizes": [4, 4]}),  # and two base classes: from_config needs the first named
     ],
 )
 def test_init_cuts_per_stage_and_per_layer_fields_together(tmp_path, model_type, expected):

@@ -12,6 +12,7 @@ import typer
 from pipeline.cli.app import app, stdout_console
 from pipeline.core.errors import PipelineError
 from pipeline.core.profiles import HfTask as ProfileTask
+from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV
 
 
 @app.command(
@@ -50,6 +51,8 @@ def init(
     task: Annotated[Optional[HfTask], typer.Option(help="The head to load [default: base; an encoder-decoder's generation model: "
                                                         "seq2seq-lm, or speech2seq-lm for Whisper].")] = None,
     full_size: Annotated[bool, typer.Option("--full-size", help="With a model_type: its default config's sizes (e.g. 7B parameters), not a small config.")] = False,
+    budget: Annotated[float, typer.Option("--budget", min=0.001, envvar=SECONDS_ENV,
+                                          help="Seconds init may spend building and running the model; past them it refuses, naming the step.")] = DEFAULT_SECONDS,
 ) -> None:
     if output.exists():
         raise PipelineError(f"{output} exists; choose another -o or remove it")
@@ -58,7 +61,7 @@ def init(
     from pipeline.models.starter import starter_profile
 
     name = output.stem if output.suffix == ".toml" else output.name
-    text = starter_profile(hf, task.value if task else None, name, output.resolve().parent, full_size)
+    text = starter_profile(hf, task.value if task else None, name, output.resolve().parent, full_size, budget)
     write_text(output, text)
     load_profile(str(output))  # what was written is a valid profile
     stdout_console().print(f"wrote {output}; set its [dims] to your shapes, then: python -m pipeline build --profile {output} --fp16 --int8",

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.onnxfile import constants_as_tensors
+
 # onnxruntime's CPU arena rounds allocations up and keeps buffers for reuse: its peak resident growth
 # measured 0.68-1.13x the estimate (ResNet-50 at 224 batch 8 and 16, a 2-layer EfficientNet at 300 batch 4 and 8,
 # at 600 batch 2: 0.94x)
@@ -34,7 +36,7 @@ def peak_activation_bytes(path: Path, shapes: dict[str, list[int]]) -> int:
             for dim, size in zip(dims, shapes[value.name], strict=False):
                 dim.Clear()
                 dim.dim_value = size
-    _tensor_constants(sized)
+    constants_as_tensors(sized)
     sizes: dict[str, int] = {}
     # onnxruntime's inference folds the shape arithmetic exporters write (a Pad's computed pads, a ReduceMean's axes)
     # where ONNX's own stops; where both know a size, ONNX's wins
@@ -87,20 +89,6 @@ def split_rows(feeds: dict[str, np.ndarray], rows: int) -> list[dict[str, np.nda
     """`feeds` as runs of at most `rows` rows each (one run when they all fit)."""
     total = len(next(iter(feeds.values())))
     return [{name: array[start : start + rows] for name, array in feeds.items()} for start in range(0, total, rows)]
-
-
-def _tensor_constants(model: Any) -> None:
-    """Constants written with value_int(s) / value_float(s) (the dynamo exporter's) rewritten with a tensor
-    `value`, the only form onnxruntime's shape inference reads."""
-    from onnx import helper, numpy_helper
-
-    types = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32, "value_floats": np.float32}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name in types:
-            attribute = node.attribute[0]
-            array = np.array(helper.get_attribute_value(attribute), types[attribute.name])
-            node.ClearField("attribute")
-            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
 
 
 def _bytes(value: Any) -> int:

@@ -151,6 +151,25 @@ def load_onnx(path: Path | str, what: str = "ONNX file", hint: str = HINT, weigh
     return model
 
 
+def constants_as_tensors(model) -> int:
+    """Rewrite (in place) the Constants written with a scalar or list attribute (value_int(s), value_float(s):
+    the dynamo exporter's) with the same values as a tensor `value`, the form onnxruntime's shape inference
+    and ModelOpt's Cast folding read; return how many were rewritten."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    types = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32, "value_floats": np.float32}
+    rewritten = 0
+    for node in model.graph.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name in types:
+            attribute = node.attribute[0]
+            array = np.array(helper.get_attribute_value(attribute), types[attribute.name])
+            node.ClearField("attribute")
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
+            rewritten += 1
+    return rewritten
+
+
 def external_tensors(model) -> list[tuple[str, str, int, int | None]]:
     """(tensor name, location, offset, length) of every initializer stored outside the file."""
     import onnx

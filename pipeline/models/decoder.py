@@ -126,7 +126,9 @@ def cache_mode(profile: Profile, model: Any) -> str:
 
 
 def max_positions(config: Any) -> int | None:
-    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    """The config's position limit; None where it has none (xlnet's max_position_embeddings reads -1: no limit)."""
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return limit if isinstance(limit, int) and limit > 0 else None
 
 
 def with_past_profile(profile: Profile, model: Any) -> Profile:

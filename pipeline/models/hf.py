@@ -57,6 +57,7 @@ def load_hf_model(profile: Profile) -> Any:
             config = transformers.AutoConfig.for_model(model_type, **fields)
         except (ValueError, TypeError) as err:
             raise ProfileError(f"{where}.hf_config: {short_error(err)}") from err
+        _name_first_architecture(auto, config)
         try:
             check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
@@ -83,6 +84,18 @@ def load_hf_model(profile: Profile) -> Any:
             raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
                                "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
     return model.eval()
+
+
+def _name_first_architecture(auto: Any, config: Any) -> None:
+    """Where the task maps the config to several classes (funnel: FunnelModel, FunnelBaseModel), transformers'
+    from_config picks the one config.architectures names and fails without a name ("'NoneType' object is not
+    iterable"): name the first, the class init reads the inputs of (pipeline/models/starter.py)."""
+    try:
+        classes = auto._model_mapping[type(config)]
+    except KeyError:
+        return  # no model for this task: from_config says so
+    if isinstance(classes, tuple) and not config.architectures:
+        config.architectures = [classes[0].__name__]
 
 
 BATCH_NORM_BATCHES = 4

@@ -130,8 +130,8 @@ def _shorter_lists(defaults: dict[str, Any], layers: Any) -> dict[str, Any]:
 
 
 def _is_head_width(key: str) -> bool:
-    """A per-head width other than head_dim: rotary_dim, qk_rope_head_dim, v_head_dim, ..."""
-    return key != "head_dim" and (key.endswith("head_dim") or ("rotary" in key or "rope" in key) and key.endswith("_dim"))
+    """A per-head width other than head_dim: rotary_dim, qk_rope_head_dim, v_head_dim, xlnet's and funnel's d_head, ..."""
+    return key != "head_dim" and (key.endswith("head_dim") or key == "d_head" or ("rotary" in key or "rope" in key) and key.endswith("_dim"))
 
 
 def _is_run(run: Any) -> bool:

@@ -12,20 +12,33 @@ from typing import Any
 
 import tomlkit
 
+from pipeline.core.budget import OutOfTime, TimeBudget, step
 from pipeline.core.errors import InputError, PipelineError
 from pipeline.core.profiles import Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
 from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
 from pipeline.models.seq2seq_starter import EXPORT, EXPORT_COMMENT, encoder_decoder_inputs, run_encoder_decoder, task_of
 from pipeline.models.size import small_config_fields
+from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV, run_at_max
 
 
-def starter_profile(source: str, task: str | None, name: str, profile_folder: Path, full_size: bool = False) -> str:
+def starter_profile(source: str, task: str | None, name: str, profile_folder: Path, full_size: bool = False,
+                    seconds: float = DEFAULT_SECONDS) -> str:
     """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
     model_type (random weights: a small config unless `full_size`). Inputs come from the config and
     the task's forward (ids, mask and token types for text, pixel_values for images; a decoder's KV
     cache as Optimum lays it out; an encoder-decoder's encoder inputs), dims from its limits; every choice
-    is commented. `task` None: base, or an encoder-decoder's generation head (pipeline/models/seq2seq_starter.py)."""
+    is commented. `task` None: base, or an encoder-decoder's generation head (pipeline/models/seq2seq_starter.py).
+    The work is done within `seconds` (pipeline/models/trial.py), else refused naming the step that ran out."""
+    try:
+        with TimeBudget(seconds, "importing transformers and making the config"):
+            return _starter_profile(source, task, name, profile_folder, full_size)
+    except OutOfTime as out:
+        raise InputError(f"init --hf {source}: {out.step} did not finish within init's time budget of {out.seconds:g} s; "
+                         f"allow more (init --budget SECONDS, or {SECONDS_ENV}) or write the profile by hand (see docs/models.md)") from None
+
+
+def _starter_profile(source: str, task: str | None, name: str, profile_folder: Path, full_size: bool) -> str:
     transformers = import_transformers(f"init --hf {source}", InputError)
     folder = Path(source).expanduser()
     model: dict[str, Any] = {"task": task, "seed": 0}  # task: None until the config says (base, or an encoder-decoder's)
@@ -100,31 +113,32 @@ def _starter_config(transformers: Any, source: str, folder: Path, full_size: boo
 
 def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool) -> None:
     """Build the model the starter profile describes and run it once on inputs at the profile's max
-    dims (a checkpoint's at batch 1): a profile `init` writes works. An encoder's seq max is first
+    dims (a checkpoint's at batch 1; batch 1 first, pipeline/models/trial.py): a profile `init` writes works. An encoder's seq max is first
     lowered to the longest sequence the model takes, found by trying (xlm-roberta's positions start
     after its padding index). A model that does not build or run is refused in one line."""
     import torch
 
-    from pipeline.core.samples import make_inputs
-
     profile = Profile.model_validate({**document.unwrap(), "source": path})
     model: Any = None
     try:
-        model = load_hf_model(profile)
+        with step(f"{'loading' if checkpoint else 'building'} the model"):
+            model = load_hf_model(profile)
         sizes = {"batch": 1} if checkpoint else None
         with torch.no_grad():
             if profile.encoder_decoder:
-                run_encoder_decoder(model, profile, sizes)
+                with step(f"running {type(model).__name__} at the profile's max dims"):
+                    run_encoder_decoder(model, profile, sizes)
                 return
             if not decoder and "seq" in profile.dims:
-                longest = _longest_sequence(model, profile)
+                with step(f"finding the longest sequence {type(model).__name__} takes"):
+                    longest = _longest_sequence(model, profile)
                 if longest < profile.dims["seq"].max:
                     seq = document["dims"]["seq"]
                     seq["max"], seq["opt"], seq["min"] = longest, min(seq["opt"], longest), min(seq["min"], longest)
                     seq.comment(f"the longest sequence {type(model).__name__} takes")
                     profile = Profile.model_validate({**document.unwrap(), "source": path})
             bound, export_profile = prepare(model, profile)
-            bound(*(torch.from_numpy(a) for a in make_inputs(export_profile, seed=0, which="max", dims=sizes).values()))
+            run_at_max(type(model).__name__, bound, export_profile, batch_one=checkpoint)
     except PipelineError as err:
         raise InputError(f"init --hf {source}: {str(err).removeprefix(f'{path}: ')}") from err
     except Exception as err:  # noqa: BLE001 - transformers' model, not ours: any failure is the model's limit
@@ -252,9 +266,10 @@ def _returns_cache(model_class: Any, config: Any, small: bool) -> bool:
         return False
     with torch.device("meta"):
         model = model_class(config)
-    if small and sum(p.numel() for p in model.parameters()) <= CPU_TRY_PARAMETERS:
-        model = model_class(config)
-    return returns_cache(model)
+    with step(f"running {model_class.__name__} once to see whether it returns a KV cache"):
+        if small and sum(p.numel() for p in model.parameters()) <= CPU_TRY_PARAMETERS:
+            model = model_class(config)
+        return returns_cache(model)
 
 
 def _with_past_inputs(dims: dict, inputs: list, model_class: Any, config: Any) -> tuple[dict, list]:

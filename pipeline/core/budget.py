@@ -1,0 +1,77 @@
+"""A time budget for work that must finish or stop (`init` building and running a model): when its
+seconds pass, the step running is interrupted with `OutOfTime` naming that step.
+
+The interruption is SIGALRM's (Unix, main thread), delivered between Python bytecodes: a single long
+torch operation finishes first. Elsewhere (another thread, no SIGALRM) the budget is checked as each
+step starts. `OutOfTime` is a BaseException, as KeyboardInterrupt is, so the `except Exception` that
+takes a model's failure for the model's limit does not take running out of time for one.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class OutOfTime(BaseException):
+    """The budget ran out while `step` ran."""
+
+    def __init__(self, step: str, seconds: float) -> None:
+        super().__init__(f"{step} did not finish within {seconds:g} s")
+        self.step, self.seconds = step, seconds
+
+
+_active: TimeBudget | None = None
+
+
+class TimeBudget:
+    """`with TimeBudget(seconds, first):` bounds the block; `step(name)` inside it names the work running
+    (`first`: the work before any step is named)."""
+
+    def __init__(self, seconds: float, first: str) -> None:
+        self.seconds, self.step = seconds, first
+        self._deadline = 0.0
+        self._alarm = False
+
+    def __enter__(self) -> TimeBudget:
+        global _active
+        self._deadline = time.monotonic() + self.seconds
+        self._alarm = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+        if self._alarm:
+            self._previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, max(self.seconds, 1e-6))  # 0 would set no timer
+        self._outer, _active = _active, self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _active
+        if self._alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+        _active = self._outer
+
+    def left(self) -> float:
+        """Seconds left (negative once spent)."""
+        return self._deadline - time.monotonic()
+
+    def _expire(self, signum: int, frame: object) -> None:
+        raise OutOfTime(self.step, self.seconds)
+
+
+@contextmanager
+def step(name: str) -> Iterator[TimeBudget | None]:
+    """Name the work the active budget bounds while the block runs (no budget active: nothing bounds it)."""
+    budget = _active
+    if budget is None:
+        yield None
+        return
+    if budget.left() <= 0:
+        raise OutOfTime(name, budget.seconds)
+    outer, budget.step = budget.step, name
+    try:
+        yield budget
+    finally:
+        budget.step = outer

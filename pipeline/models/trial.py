@@ -1,0 +1,51 @@
+"""init's trial run of the model a starter profile describes, bounded in time and memory: the whole of
+`init` runs under a time budget (pipeline/core/budget.py: the step running when it is spent is named in
+a one-line refusal), and the run at the profile's max dims is first made at batch 1, its peak memory
+scaled to the batch max and refused in one line when that would not fit the memory available.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.core.budget import step
+from pipeline.core.errors import InputError
+from pipeline.core.profiles import Profile
+
+# init's time budget in seconds (`init --budget`, or this environment variable): the slowest types of the
+# sweep took 90 s on a loaded 2-core machine (gpt_neo, mpnet)
+DEFAULT_SECONDS = 300
+SECONDS_ENV = "PIPELINE_INIT_SECONDS"
+
+
+def run_at_max(model_name: str, bound: Any, profile: Profile, batch_one: bool = False) -> None:
+    """Run `bound` (the model's forward taking the profile's inputs in order) on inputs at the profile's
+    max dims (`batch_one`: at batch 1, a checkpoint's), at batch 1 first. Refuses (InputError) a batch max
+    whose projected peak memory, the batch-1 run's growth times the batch, exceeds the memory available
+    (where the peak cannot be reset, outside Linux, no projection is made)."""
+    import torch
+
+    from pipeline.core.memory import available_bytes
+    from pipeline.core.rss import peak_rss_mb, reset_peak
+    from pipeline.core.samples import make_inputs
+
+    def run(batch: int | None) -> None:
+        feeds = make_inputs(profile, seed=0, which="max", dims={"batch": batch} if batch else None)
+        bound(*(torch.from_numpy(array) for array in feeds.values()))
+
+    dims = ", ".join(f"{name} {r.max}" for name, r in profile.dims.items() if name != "batch")
+    with step(f"running {model_name} at batch 1{', ' if dims else ''}{dims}"):
+        measured = reset_peak()
+        before = peak_rss_mb()
+        run(1)
+        grown = (peak_rss_mb() - before) * 1e6
+    batch_max = profile.dims["batch"].max if "batch" in profile.dims else 1
+    if batch_one or batch_max == 1:
+        return
+    available = available_bytes()
+    if measured and grown * batch_max > available:
+        raise InputError(f"running {model_name} at batch {batch_max}{', ' if dims else ''}{dims} would need about {grown * batch_max / 2**30:.1f} GiB "
+                         f"({grown / 2**20:,.0f} MiB at batch 1, x{batch_max}); this machine has {available / 2**30:.1f} GiB available: "
+                         "write the profile's config and [dims] by hand, smaller (see docs/models.md)")
+    with step(f"running {model_name} at batch {batch_max}{', ' if dims else ''}{dims}"):
+        run(None)

@@ -1,0 +1,62 @@
+"""A Constant written with a scalar attribute (the dynamo exporter's `value_float`, e.g. ReLU6's bounds 0 and 6)
+feeding a node AutoCast converts to FP16: ModelOpt 0.47 removes the Cast it inserted after the Constant but
+converts only a tensor `value`, so MobileNetV2's Clip took an FP16 input and FP32 bounds and onnxruntime refused
+the model (issue 38). The fp16 stage hands AutoCast the constants as tensors."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline.core.onnxfile import constants_as_tensors
+from pipeline.core.verify import run_onnx
+
+pytest.importorskip("modelopt")
+
+LOW, HIGH = 0.0, 6.0
+
+
+def relu6_model(path):
+    """y = Clip(x * w, 0, 6) with the bounds as value_float Constants, as the dynamo exporter writes hardtanh."""
+    weight = numpy_helper.from_array(np.random.default_rng(1).uniform(0.5, 2.0, (4, 64)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Constant", [], ["low"], value_float=LOW, name="low"),
+        helper.make_node("Constant", [], ["high"], value_float=HIGH, name="high"),
+        helper.make_node("Mul", ["x", "w"], ["scaled"], name="mul"),
+        helper.make_node("Clip", ["scaled", "low", "high"], ["y"], name="relu6"),
+    ]
+    graph = helper.make_graph(nodes, "relu6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))
+    return path
+
+
+def feeds():
+    return {"x": np.random.default_rng(0).uniform(-8, 8, (4, 64)).astype(np.float32)}
+
+
+def test_constants_as_tensors_computes_the_same_values(tmp_path):
+    model = onnx.load(str(relu6_model(tmp_path / "a.onnx")))
+    assert constants_as_tensors(model) == 2
+    assert [a.name for n in model.graph.node if n.op_type == "Constant" for a in n.attribute] == ["value", "value"]
+    onnx.save(model, str(tmp_path / "b.onnx"))
+    before, after = run_onnx(tmp_path / "a.onnx", feeds()), run_onnx(tmp_path / "b.onnx", feeds())
+    assert np.array_equal(before[0], after[0])
+
+
+def test_fp16_of_a_clip_with_value_float_bounds_loads_and_matches_fp32(tmp_path):
+    from quant.fp16 import convert_fp16
+
+    source = relu6_model(tmp_path / "model.onnx")
+    result = convert_fp16(source, tmp_path / "model.fp16.onnx", [], [], [feeds()])
+    assert result.checked_shapes == [{"x": [4, 64]}]  # onnxruntime loaded and ran it (it refused it before)
+    converted = onnx.load(str(tmp_path / "model.fp16.onnx"))
+    clip = next(n for n in converted.graph.node if n.op_type == "Clip")
+    types = {v.name: v.type.tensor_type.elem_type for v in converted.graph.value_info}
+    constants = {n.output[0]: n.attribute[0].t.data_type for n in converted.graph.node if n.op_type == "Constant"}
+    assert [types.get(name) or constants.get(name) for name in clip.input] == [TensorProto.FLOAT16] * 3  # the bounds in the input's type
+    assert not list(source.parent.glob(".*.work.*"))  # the work folder AutoCast read is gone
+    [reference], [fp16] = run_onnx(source, feeds()), run_onnx(tmp_path / "model.fp16.onnx", feeds())
+    assert fp16.dtype == np.float32 and fp16.min() == LOW and fp16.max() == HIGH  # the bounds are exact in FP16
+    assert (fp16[reference == HIGH] == HIGH).all() and (fp16[reference == LOW] == LOW).all()
+    np.testing.assert_allclose(fp16, reference, rtol=3 * 2.0**-11, atol=0)  # x, w and x * w each rounded to FP16 once
