@@ -445,3 +445,38 @@ def test_optimize_command_lists_and_selects_rules(tmp_path):
     assert [n.op_type for n in onnx.load(tmp_path / "o.onnx").graph.node] == ["Gelu"]
     typo = run_cli("optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--rules", "fuse-gleu")
     assert typo.returncode == 2 and "unknown rule fuse-gleu" in typo.stderr
+
+
+# ---------------------------------------------------------------- lookups
+
+
+def range_gather_model(tmp_path, start=0, delta=1, dtype=TensorProto.INT64, extra_use=False):
+    """data[Range(start, n, delta)] along axis 0, n a graph input (a position embedding's lookup)."""
+    nodes = [helper.make_node("Constant", [], ["start"], value=helper.make_tensor("s", dtype, [], [start])),
+             helper.make_node("Constant", [], ["delta"], value=helper.make_tensor("d", dtype, [], [delta])),
+             helper.make_node("Range", ["start", "n", "delta"], ["positions"]),
+             helper.make_node("Gather", ["table", "positions"], ["y"], axis=0)]
+    outputs = [helper.make_tensor_value_info("y", F, None)]
+    if extra_use:
+        nodes.append(helper.make_node("Cast", ["positions"], ["positions_float"], to=F))
+        outputs.append(helper.make_tensor_value_info("positions_float", F, None))
+    return save_model(tmp_path, nodes, [helper.make_tensor_value_info("n", dtype, [])], outputs, [("table", rand(16, 4))])
+
+
+@pytest.mark.parametrize(("start", "delta", "dtype"), [(0, 1, TensorProto.INT64), (2, 3, TensorProto.INT64), (1, 1, TensorProto.INT32)])
+def test_gather_of_a_range_becomes_a_slice(tmp_path, start, delta, dtype):
+    path = range_gather_model(tmp_path, start, delta, dtype)
+    numpy_type = np.int64 if dtype == TensorProto.INT64 else np.int32
+    for n in (7, 16):
+        model, ops, diff, result = optimize_and_compare(tmp_path, path, {"n": np.array(n, numpy_type)})
+        assert "Gather" not in ops and "Range" not in ops and "Slice" in ops
+        assert diff == 0.0
+    assert stats_of(result, "gather-of-range-as-slice")["applied"] == 1
+
+
+def test_gather_of_a_range_counting_from_the_end_or_read_elsewhere_stays(tmp_path):
+    _, ops, diff, result = optimize_and_compare(tmp_path, range_gather_model(tmp_path, start=-3), {"n": np.array(-1, np.int64)})
+    assert "Gather" in ops and diff == 0.0
+    assert "the Range counts down or from a negative start (a Gather index counts from the end)" in stats_of(result, "gather-of-range-as-slice")["why_not"]
+    _, ops, _, result = optimize_and_compare(tmp_path, range_gather_model(tmp_path, extra_use=True), {"n": np.array(5, np.int64)})
+    assert "Gather" in ops and "the Range's indices are used by other nodes or are a graph output" in stats_of(result, "gather-of-range-as-slice")["why_not"]
