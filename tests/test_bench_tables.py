@@ -17,7 +17,7 @@ def bench_module(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["build_overhead", "optimize_speed", "reference_overlap"])
+@pytest.mark.parametrize("name", ["build_overhead", "optimize_speed", "reference_overlap", "sizes"])
 def test_readme_table_is_rendered_from_the_results_file(name):
     module = bench_module(name)
     text = (REPO / "docs" / "performance.md").read_text()
