@@ -90,11 +90,10 @@ KV_CACHE_NAME = re.compile(r"past|present|cache", re.IGNORECASE)
 
 
 def model_family(model) -> str:
-    """"decoder" (KV cache inputs, or a causal mask: Trilu or positions compared), "encoder" (attention: a MatMul
+    """"decoder" (KV cache inputs/outputs, or a causal mask: Trilu or positions compared), "encoder" (attention: a MatMul
     reaching a Softmax), "cnn" (convolutions and no attention); a graph with none of these (an MLP)
-    counts as an encoder: the transformer rules are the GEMM rules. Only a cache read makes a decoder: an
-    encoder-decoder's encoder part writes the cross-attention caches (`present.{i}.encoder.*`) and is an encoder."""
-    names = [v.name for v in model.graph.input]
+    counts as an encoder: the transformer rules are the GEMM rules."""
+    names = [v.name for v in [*model.graph.input, *model.graph.output]]
     ops = {n.op_type for n in model.graph.node}
     if any(KV_CACHE_NAME.search(name) for name in names) or "Trilu" in ops or builds_causal_mask(model):
         return "decoder"

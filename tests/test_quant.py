@@ -439,24 +439,6 @@ def test_a_causal_mask_built_from_positions_makes_a_decoder():
     assert not builds_causal_mask(graph("limit")) and model_family(graph("limit")) == "encoder"
 
 
-def test_a_model_that_writes_a_cache_without_reading_one_is_an_encoder():
-    """An encoder-decoder's encoder part outputs the cross-attention caches (present.{i}.encoder.*): it is a bidirectional
-    encoder and gets the encoder preset; a model that reads a cache (past_key_values.*) is a decoder."""
-    from onnx import TensorProto, helper
-
-    from quant.presets import model_family, resolve_preset
-
-    def graph(input_name: str, output_name: str):
-        node = helper.make_node("MatMul", [input_name, "w"], [output_name])
-        weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], [0.5] * 16)
-        return helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [2, 4])],
-                                                   [helper.make_tensor_value_info(output_name, TensorProto.FLOAT, [2, 4])], [weight]))
-
-    assert model_family(graph("last_hidden_state", "present.0.encoder.key")) == "encoder"
-    assert resolve_preset("auto", graph("last_hidden_state", "present.0.encoder.key")).name == "trt-fusion"
-    assert model_family(graph("past_key_values.0.decoder.key", "present.0.decoder.key")) == "decoder"
-
-
 def test_decoder_calibration_applies_only_where_the_profile_gives_the_cache_and_token_ids(tmp_path):
     """A with-past model is calibrated through greedy steps only when the profile has past_seq and input_ids;
     a decoder fed embeddings (no input_ids) gets the profile's samples, not a crash."""
