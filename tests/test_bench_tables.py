@@ -37,3 +37,14 @@ def test_recorded_verdicts_follow_from_the_recorded_figures(name):
         assert result["meets_targets"]["time_ratio"] == (result["summary"]["time_ratio"]["median"] <= module.TARGETS["time_ratio"])
     else:
         assert result["meets_targets"]["ratio_48_over_12_layers"] == (result["ratio_48_over_12_layers"] <= module.TARGETS["ratio_48_over_12_layers"])
+
+
+def test_the_optimum_export_tables_are_the_recorded_results():
+    """docs/decoders.md's export times against Optimum and their files are rendered from the results file."""
+    module = bench_module("optimum_export")
+    text = (REPO / "docs" / "decoders.md").read_text()
+    block = text[text.index(module.TABLE_START) + len(module.TABLE_START) : text.index(module.TABLE_END)]
+    results = json.loads(module.RESULTS.read_text())
+    assert block == "\n" + module.readme_table(results)
+    ratios = [r["t5"]["ours (torchscript)"] / r["t5"]["optimum"] for r in results["runs"]]
+    assert results["ours_over_optimum"]["t5"]["ours (torchscript)"]["max"] == round(max(ratios), 2)

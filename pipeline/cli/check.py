@@ -191,7 +191,6 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import ExportCheck, ExportersComparison, compare_to_torch
     from pipeline.export import export_model
-    from pipeline.models.module import build_module
 
     loaded = load_profile(profile)
     if not loaded.model.from_pytorch:
@@ -200,11 +199,11 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
         folder = Path(workdir)
         paths = {exporter: folder / f"{exporter}.onnx" for exporter in ("dynamo", "torchscript")}
         torch_side = {}
-        module = build_module(loaded)[0]
+        module, checked = _torch_model(loaded, None)
         for exporter, path in paths.items():
             with console.status(f"exporting {loaded.name} with the {exporter} exporter"):
                 exported = export_model(loaded, path, exporter=exporter)
-            feeds = _torch_feeds(loaded, path, inputs)
+            feeds = _torch_feeds(loaded, checked, module, path, inputs)
             with console.status(f"comparing the {exporter} export with torch, module by module"):
                 modules, _ = compare_to_torch(loaded, module, path, feeds, folder)
             worst = max((r for r in modules.rows if r.max_abs_diff is not None), key=lambda r: r.max_abs_diff, default=None)
@@ -216,35 +215,84 @@ def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str
     return ExportersComparison(loaded.name, torch_side, closer, replace(aligned, a="dynamo export", b="torchscript export"))
 
 
-def _torch_feeds(loaded, onnx_path: Path, inputs: Optional[Path]) -> dict:
+def _one_part(given, onnx_path: Path):
+    """`given`, or for an encoder-decoder's profile (two models) the profile of the part whose build folder holds
+    `onnx_path` (OUT/<part>/profile.toml); refused in one line when the file is in no part folder of this profile."""
+    from pipeline.artifacts import recorded_profile
+    from pipeline.core.profiles import load_profile
+
+    if not given.parts:
+        return given
+    recorded = recorded_profile(onnx_path)
+    part = load_profile(recorded) if recorded is not None else None
+    if part is None or part.name != given.name or part.export.part is None:
+        raise PipelineError(f"{given.source}: {given.name} is an encoder-decoder, built as two models ({', '.join(given.parts)}) and "
+                            f"compare --torch checks one: give a file of a part's build folder (OUT/encoder or OUT/decoder), or "
+                            f"--profile the part's profile (OUT/<part>/profile.toml, which sets [export] part)")
+    return part
+
+
+def _torch_model(given, onnx_path: Optional[Path]) -> tuple:
+    """The torch model compared with `onnx_path` (a file of a build folder of `given`, or None) and the profile of its inputs:
+    the export's (the inputs a decoder's cache or an encoder-decoder part derives). An encoder-decoder's part is the wrapper
+    its export ran (pipeline/models/seq2seq.py), built from the part's profile, which names the encoder's inputs."""
+    from pipeline.artifacts import as_built
+    from pipeline.models.module import build_module
+
+    if given.export.part is not None:
+        module, _, _, checked = build_module(given)
+        return module, checked
+    loaded = as_built(given, onnx_path) if onnx_path is not None else given
+    return build_module(loaded)[0], loaded
+
+
+def _torch_feeds(given, checked, module, onnx_path: Path, inputs: Optional[Path]) -> dict:
+    """One sample of `checked`'s inputs (the model's, see `_torch_model`): the first of --inputs, else drawn from the profile;
+    a decoder part's cross-attention caches are the torch encoder part's (`_decoder_feeds`)."""
     from pipeline.core import seeds
     from pipeline.core.samples import load_npz, make_inputs, model_inputs
 
     if inputs is None:
-        return make_inputs(loaded, seed=seeds.COMPARE)
+        return _decoder_feeds(given, checked, module) if given.export.part == "decoder" else make_inputs(checked, seed=seeds.COMPARE)
     data = load_npz(inputs, model_inputs(onnx_path))
-    feeds = {spec.name: data[spec.name][:1] for spec in loaded.inputs if spec.name in data}
-    if len(feeds) != len(loaded.inputs):
-        raise PipelineError(f"{inputs}: has {sorted(data)}, profile {loaded.name} takes {[spec.name for spec in loaded.inputs]}; give one array per input")
+    feeds = {spec.name: data[spec.name][:1] for spec in checked.inputs if spec.name in data}
+    if len(feeds) != len(checked.inputs):
+        raise PipelineError(f"{inputs}: has {sorted(data)}, profile {checked.name} takes {[spec.name for spec in checked.inputs]}; give one array per input")
+    return feeds
+
+
+def _decoder_feeds(given, decoder, module) -> dict:
+    """A decoder part's feeds: the cross-attention caches (and mask) the torch encoder part computes on a sample of the
+    encoder inputs `given` declares, as the generation check feeds them; the tokens and self-attention cache drawn from
+    the decoder's profile."""
+    from pipeline.core import seeds
+    from pipeline.core.samples import make_inputs
+    from pipeline.models.seq2seq import ENCODER_SEQ, cross_feeds, run_encoder
+
+    encoder_inputs = make_inputs(given, seed=seeds.COMPARE)
+    encoded = {name: tensor.numpy() for name, tensor in run_encoder(module, encoder_inputs, given).items()}
+    batch, length = encoded["last_hidden_state"].shape[:2]
+    feeds = make_inputs(decoder, seed=seeds.COMPARE, dims={"batch": batch, ENCODER_SEQ: length}) | cross_feeds(encoded, decoder)
+    if "encoder_attention_mask" in feeds:
+        feeds["encoder_attention_mask"] = encoder_inputs["attention_mask"]
     return feeds
 
 
 def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> TorchComparison:
     import tempfile
 
-    from pipeline.artifacts import as_built
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import compare_to_torch, dump_modules
-    from pipeline.models.module import build_module
 
-    loaded = as_built(load_profile(profile), onnx_path)
-    if not loaded.model.from_pytorch:
-        raise PipelineError(f"{loaded.source}: this profile starts from an ONNX file, so there is no torch model to compare; pass the profile of the export")
+    given = _one_part(load_profile(profile), onnx_path)
+    if not given.model.from_pytorch:
+        raise PipelineError(f"{given.source}: this profile starts from an ONNX file, so there is no torch model to compare; pass the profile of the export")
     load_onnx(onnx_path)
-    feeds = _torch_feeds(loaded, onnx_path, inputs)
+    module, checked = _torch_model(given, onnx_path)
+    feeds = _torch_feeds(given, checked, module, onnx_path, inputs)
     with tempfile.TemporaryDirectory() as workdir, console.status("running torch with a hook on every module, and the ONNX model with every tensor exposed"):
-        result, captures = compare_to_torch(loaded, build_module(loaded)[0], onnx_path, feeds, Path(workdir))
+        result, captures = compare_to_torch(checked, module, onnx_path, feeds, Path(workdir))
     if dump is not None:
         written = dump_modules(captures, dump)
         console.print(f"wrote {len(written)} module dumps to {dump}", highlight=False, markup=False)
