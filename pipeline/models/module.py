@@ -22,9 +22,8 @@ def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
     part is its encoder or its decoder (pipeline/models/seq2seq.py)."""
     from pipeline.core.generation import prompts
     from pipeline.models.decoder import generates, is_pretrained, prepare
-    from pipeline.models.seq2seq import check_part, prepare_part
+    from pipeline.models.seq2seq import prepare_part
 
-    check_part(profile)
     module, example, dynamic_shapes = _build_hf(profile) if profile.model.is_hf else _build_model(profile)
     if profile.export.part is not None:  # one part of an encoder-decoder (pipeline/models/seq2seq.py)
         module, profile = prepare_part(module, profile)

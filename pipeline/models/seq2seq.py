@@ -36,19 +36,10 @@ from pipeline.core.errors import InputError, ProfileError, first_line
 from pipeline.core.generation import Runner
 from pipeline.core.profiles import InputSpec, Profile
 
-SEQ2SEQ_TASKS = ("seq2seq-lm", "speech2seq-lm")
 ENCODER_SEQ = "encoder_seq"
 DECODER_SEQ = {"min": 1, "opt": 1, "max": 4}  # decoder tokens a call: 1 when decoding, up to 4 for a forced prefix (Whisper's task tokens)
 CROSS_INPUT = re.compile(r"past_key_values\.\d+\.encoder\.(key|value)")  # the decoder's cross-attention cache, the encoder part's outputs
 GENERATION_ROWS = 2  # rows of encoder input the generation check decodes
-
-
-def check_part(profile: Profile) -> None:
-    """Refuse `[export] part` on a model that has no parts."""
-    part = profile.export.part
-    if part is not None and profile.model.task not in SEQ2SEQ_TASKS:
-        raise ProfileError(f"{profile.source}: export.part = {part!r}: only a Hugging Face encoder-decoder has parts (model.task "
-                           f"{' or '.join(SEQ2SEQ_TASKS)}), this model's task is {profile.model.task or 'base'}; remove part")
 
 
 def prepare_part(model: Any, profile: Profile) -> tuple[Any, Profile]:
