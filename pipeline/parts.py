@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline import precisions
-from pipeline.core.errors import InputError, ProfileError, StageFailed
+from pipeline.core.errors import InputError, PipelineError, ProfileError, StageFailed
 from pipeline.core.manifest import PARTS_KEY, StageRecord
 from pipeline.core.profiles import Profile
 
@@ -50,6 +50,9 @@ def build_parts(profile: Profile, out_dir: Path, folder: FolderBuild) -> tuple[P
                 records += folder.run(part_loaded, out_dir / part, part=part, files={PART_PROFILE: text})
             except StageFailed as err:
                 failures.append(err)
+            except PipelineError as err:  # a refusal names the part's copy of the profile, which the refusal leaves unwritten: name the user's
+                err.args = (str(err).replace(str(out_dir / part / PART_PROFILE), f"{profile.source} ({part})"),)
+                raise
         if folder.until is None or _reaches_optimize(folder):
             top["generation"] = generation_checks(profile, out_dir, folder)
             write_json(manifest, top)

@@ -136,6 +136,7 @@ def test_a_refusal_in_the_encoder_stops_the_build_and_leaves_nothing(tmp_path):
     profile = write_profile(tmp_path, T5.replace('name = "input_ids"', 'name = "input_idz"'), "t5.toml")
     result = run_cli("build", "--profile", str(profile), "--until", "export", "--out", "out", cwd=tmp_path)
     assert result.returncode == 2 and "input_idz" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: {profile} (encoder): "), result.stderr  # the user's file, not the part's copy never written
     assert [line[:1] for line in stage_lines(result.stdout)] == [["encoder"]]  # refused in the encoder's export: the decoder never starts
     assert not (tmp_path / "out").exists()
 
