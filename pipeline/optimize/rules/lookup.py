@@ -2,8 +2,8 @@
 
     Gather(data, Range(start, limit, delta), axis)  ->  Slice(data, [start], [limit], [axis], [delta])
 
-Exporters write a learned position embedding's lookup this way (Marian, Pegasus, BART:
-`embed_positions.weight[arange(past, past + seq)]`). A Slice is a strided view TensorRT runs without
+Exporters write a position embedding table's lookup this way (Marian, Pegasus:
+their encoders' `embed_positions.weight[arange(seq)]`). A Slice is a strided view TensorRT runs without
 an index tensor, where a Gather reads one index per row. It also keeps onnxruntime's
 GatherToSliceFusion away: that fusion (graph optimization level "extended") removes the Range even
 when its output must stay (ModelOpt AutoCast's reference run exposes every tensor as an output, and
