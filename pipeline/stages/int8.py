@@ -105,7 +105,6 @@ def run_int8(job: Job) -> StageResult:
 def quantize_command(request: shared.QuantizeRequest) -> str:
     """quantize --int8 (with --fp16: its float parts in FP16): the stage's `quantize` with the profile's settings, or
     with --calib alone the [quant] defaults and no sequence range or batch taken from another model's profile."""
-    from pipeline.artifacts import as_built, fixed_feeds_beside
     from pipeline.core import DEFAULT_PROFILE
     from pipeline.core.errors import PipelineError
     from pipeline.core.profiles import QuantSection, load_profile
@@ -114,14 +113,13 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
     if request.calib is None and request.profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
     if request.profile is not None:
-        loaded = as_built(load_profile(request.profile), request.source)  # in a build folder: the inputs its export derived
+        loaded = load_profile(request.profile)
     else:
         loaded = load_profile(DEFAULT_PROFILE).model_copy(update={"dims": {}, "quant": QuantSection()})
     if request.float_parts == "fp16":
         loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
     profile = Settings("int8", loaded, Options(calib=request.calib, preset=request.preset), QUANTIZE_READS).profile
-    result, origin = quantize(profile, request.calib, request.source, request.output, on_step=request.on_step,
-                              fixed=fixed_feeds_beside(request.source))
+    result, origin = quantize(profile, request.calib, request.source, request.output, on_step=request.on_step)
     return (f"wrote {request.output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
             f"lint-qdq: {len(result.findings)} findings")
 

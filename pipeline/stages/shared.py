@@ -200,10 +200,7 @@ def request_settings(stage: str, request: QuantizeRequest, reads: tuple[str, ...
 
     if request.profile is None:
         raise PipelineError(f"quantize --{stage} needs --profile NAME: its accuracy gate runs on held-out samples made from the profile")
-    from pipeline.artifacts import as_built
-
-    profile = as_built(load_profile(request.profile), request.source)  # in a build folder: the inputs its export derived
-    return Settings(stage, profile, Options(calib=request.calib, preset=request.preset), reads)
+    return Settings(stage, load_profile(request.profile), Options(calib=request.calib, preset=request.preset), reads)
 
 
 def zero_checks(source: Path) -> list[dict]:
