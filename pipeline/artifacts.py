@@ -71,3 +71,14 @@ def as_built(profile: Profile, path: Path) -> Profile:
     if manifest.profile != profile.name or export is None or export.status not in USABLE:
         return profile
     return apply_derived(profile, export.metrics.get("derived_inputs"))
+
+
+def fixed_feeds_beside(path: Path) -> dict | None:
+    """The encoder outputs (cross-attention caches, mask) an encoder-decoder's decoder part was checked and calibrated
+    on, from the generation reference of the build holding `path`; None elsewhere."""
+    from pipeline.core.generation import load_feeds
+
+    manifest_path = path.parent / "manifest.json"
+    export = Manifest.load_or_new(manifest_path, "").get("export") if manifest_path.is_file() else None
+    reference = manifest_path.parent / export.outputs["generation"] if export and export.status in USABLE and "generation" in export.outputs else None
+    return (load_feeds(reference)["fixed"] or None) if reference is not None and reference.is_file() else None

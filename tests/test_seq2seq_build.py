@@ -6,6 +6,7 @@ where one model's folder is needed names the part folders."""
 import json
 import re
 
+import onnx
 import pytest
 from conftest import REPO, run_cli, write_profile
 
@@ -120,6 +121,12 @@ def test_t5_builds_encoder_then_decoder_and_checks_their_generation(tmp_path):
     assert bench.returncode == 0 and "past_key_values.0.encoder.key [2, 4, 8, 8]" in bench.stdout, bench.stderr
     compare = run_cli("compare", "out/decoder/model.opt.onnx", "out/decoder/model.int8.onnx", "--format", "json", cwd=tmp_path)
     assert compare.returncode == 0 and json.loads(compare.stdout), compare.stderr
+    # quantize on the decoder part's file gives the stage's model: its derived inputs and the stored encoder outputs
+    alone = run_cli("quantize", "out/decoder/model.opt.onnx", "-o", "alone.int8.onnx", "--int8", "--profile", "out/decoder/profile.toml", cwd=tmp_path)
+    assert alone.returncode == 0 and "on the encoder output of the export's generation check" in alone.stdout, alone.stderr
+    scales = [sorted((i.name, i.raw_data) for i in onnx.load(str(path)).graph.initializer if "scale" in i.name)
+              for path in (tmp_path / "alone.int8.onnx", out / "decoder" / "model.int8.onnx")]
+    assert scales[0] and scales[0] == scales[1]
 
 
 def test_a_failed_check_in_the_encoder_does_not_keep_the_decoder_from_building(tmp_path):

@@ -136,8 +136,10 @@ def quantize(
 ) -> None:
     from rich.progress import Progress
 
+    from pipeline.artifacts import as_built, fixed_feeds_beside
     from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx
+    from pipeline.core.profiles import load_profile
     from pipeline.stages import precision_stage
     from pipeline.stages.shared import QuantizeRequest
 
@@ -150,11 +152,13 @@ def quantize(
                             "add one or drop --preset")
     check_outputs([output], [source, calib])
     load_onnx(source)
+    # in a build folder, the profile as its stages saw it: the inputs its export derived, a decoder part's encoder outputs
+    loaded = as_built(load_profile(profile), source) if profile is not None else None
     module = sys.modules[precision_stage(precision).run.__module__]
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"making the {precision.label} model", total=None)
-        request = QuantizeRequest(source, output, profile, calib, preset.value if preset else None, float_parts,
-                                  on_step=lambda done, total: progress.update(task, completed=done, total=total))
+        request = QuantizeRequest(source, output, loaded, calib, preset.value if preset else None, float_parts,
+                                  fixed_feeds_beside(source), lambda done, total: progress.update(task, completed=done, total=total))
         line = module.quantize_command(request)
     stdout_console().print(line, highlight=False, markup=False)
 

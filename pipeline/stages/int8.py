@@ -113,13 +113,13 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
     if request.calib is None and request.profile is None:
         raise PipelineError("quantize --int8 needs calibration data: --calib FILE.npz, or --profile NAME for synthetic samples")
     if request.profile is not None:
-        loaded = load_profile(request.profile)
+        loaded = request.profile
     else:
         loaded = load_profile(DEFAULT_PROFILE).model_copy(update={"dims": {}, "quant": QuantSection()})
     if request.float_parts == "fp16":
         loaded = loaded.model_copy(update={"quant": loaded.quant.model_copy(update={"int8_float_dtype": "fp16"})})
     profile = Settings("int8", loaded, Options(calib=request.calib, preset=request.preset), QUANTIZE_READS).profile
-    result, origin = quantize(profile, request.calib, request.source, request.output, on_step=request.on_step)
+    result, origin = quantize(profile, request.calib, request.source, request.output, on_step=request.on_step, fixed=request.fixed)
     return (f"wrote {request.output}: INT8 ({result.preset}), {result.qdq_pairs} Q/DQ pairs, calibration: {origin}; "
             f"lint-qdq: {len(result.findings)} findings")
 

@@ -33,10 +33,11 @@ class QuantizeRequest:
 
     source: Path
     output: Path
-    profile: str | None  # --profile: its settings, samples and shapes
+    profile: Profile | None  # --profile: its settings, samples and shapes (as the build holding `source` saw it)
     calib: Path | None
     preset: str | None
     float_parts: str | None = None  # the other precision flag given, when the registry lets them combine (--int8 --fp16)
+    fixed: dict | None = None  # an encoder-decoder's decoder part: the encoder outputs its build checked it on
     on_step: Callable[[int, int], None] = lambda done, total: None
 
 
@@ -195,12 +196,11 @@ def lint_count(metrics: dict[str, Any]) -> str:
 def request_settings(stage: str, request: QuantizeRequest, reads: tuple[str, ...]):
     """The stage's `Settings` for `quantize`: the profile's, with the command's --calib and --preset."""
     from pipeline.core.errors import PipelineError
-    from pipeline.core.profiles import load_profile
     from pipeline.settings import Options, Settings
 
     if request.profile is None:
         raise PipelineError(f"quantize --{stage} needs --profile NAME: its accuracy gate runs on held-out samples made from the profile")
-    return Settings(stage, load_profile(request.profile), Options(calib=request.calib, preset=request.preset), reads)
+    return Settings(stage, request.profile, Options(calib=request.calib, preset=request.preset), reads)
 
 
 def zero_checks(source: Path) -> list[dict]:
