@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.profiles import Profile
-from pipeline.core.samples import load_npz, model_inputs, synthetic
+from pipeline.core.samples import batch_axes, load_npz, model_inputs, synthetic
 from pipeline.core.seeds import CALIBRATION_SEED
 
 
@@ -96,7 +96,7 @@ def fed_as_decoder(profile: Profile, onnx_path: Path) -> bool:
 def calibration_data(profile: Profile, calib: Path | None, onnx_path: Path) -> tuple[dict[str, np.ndarray], str]:
     """A user's .npz checked against the model, else synthetic samples; and where they came from."""
     if calib is None:
-        data = synthetic(profile, profile.quant.samples, CALIBRATION_SEED)
+        data = synthetic(profile, profile.quant.samples, CALIBRATION_SEED, batch_axes(onnx_path))
         rows = len(next(iter(data.values()))) if data else 0
         return data, f"synthetic, {profile.quant.samples} feeds at profile {profile.name}'s opt shapes ([quant] samples): {rows} samples"
-    return load_npz(Path(calib), model_inputs(onnx_path)), str(Path(calib).resolve())
+    return load_npz(Path(calib), model_inputs(onnx_path), batch_axes(onnx_path)), str(Path(calib).resolve())

@@ -40,7 +40,7 @@ def quantize_fp8(
     """Quantize `source` to FP8 Q/DQ and write `target` only if it runs; `reference` is the FP32 outputs
     on `held_out` (array or BackgroundOutputs), or None to compute them from `source`."""
     from pipeline.core.onnxfile import load_onnx
-    from pipeline.core.samples import split
+    from pipeline.core.samples import batch_axes, split
     from quant.calibration import calibration_reader
     from quant.lint import lint_model
     from quant.presets import apply_preset, plan_preset, resolve_preset
@@ -55,7 +55,7 @@ def quantize_fp8(
     target_opset = max(FP8_MIN_OPSET, opset or 0, opset_of(source_model))
     del source_model
     model = run_modelopt(
-        source, target, "fp8", quantize_mode="fp8", calibration_data_reader=calibration_reader(split(calibration, batch), on_step),
+        source, target, "fp8", quantize_mode="fp8", calibration_data_reader=calibration_reader(split(calibration, batch, batch_axes(source)), on_step),
         calibration_method="max", high_precision_dtype=high_precision_dtype, op_types_to_quantize=plan.op_types_to_quantize,
         disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None, opset=target_opset,
     )

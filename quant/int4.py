@@ -48,7 +48,7 @@ def quantize_int4(
     """Quantize the MatMul/Gemm weights of `source` to INT4 and write `target` only if it runs;
     `reference` as in quant.fp8.quantize_fp8."""
     from pipeline.core.onnxfile import load_onnx
-    from pipeline.core.samples import split
+    from pipeline.core.samples import batch_axes, split
     from quant.calibration import calibration_reader
     from quant.lint import lint_model
 
@@ -69,7 +69,7 @@ def quantize_int4(
         if len(excluded) == len(eligible):
             raise InputError(f"int4: every eligible weight of {source} is a Gemm with transB=1, which ModelOpt's AWQ cannot quantize; use round to nearest: [quant] int4_method = \"rtn_dq\"")
         samples = check_calibration(calibration, batch, 1, "int4", "AWQ")
-        reader = calibration_reader(split(calibration, batch), on_step)
+        reader = calibration_reader(split(calibration, batch, batch_axes(source)), on_step)
     else:
         samples, reader = 0, None
     del source_model

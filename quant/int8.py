@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.onnxfile import atomic_onnx, save_onnx
-from pipeline.core.samples import split
+from pipeline.core.samples import batch_axes, split
 from quant.calibration import calibration_reader
 
 
@@ -55,7 +55,7 @@ def quantize_int8(
     source_model = load_onnx(source)
     preset = resolve_preset(preset_name, source_model)
     plan = plan_preset(preset, source_model, max_sequence)
-    feeds = calibration if isinstance(calibration, list) else split(calibration, batch)  # a list: feeds of their own shapes
+    feeds = calibration if isinstance(calibration, list) else split(calibration, batch, batch_axes(source))  # a list: feeds of their own shapes
     # ModelOpt rewrites the file it is given (shape inference in place) and writes intermediates
     # beside it and beside its output: run_modelopt gives it a private copy in a work folder, never our input
     model = run_modelopt(

@@ -216,3 +216,31 @@ class _PreLnTransformer(nn.Module):
 
 def pre_ln_transformer():
     return _PreLnTransformer().eval()
+
+
+class _StackedCacheDecoder(nn.Module):
+    """A user's own decoder and cache: keys and values of every layer stacked as [layers, batch, heads, past, head_dim]
+    (batch on axis 1), taken and returned beside the logits."""
+
+    def __init__(self, vocab=128, d=32, heads=2, layers=3):
+        super().__init__()
+        self.heads, self.embed = heads, nn.Embedding(vocab, d)
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens, cache_k, cache_v):
+        x = self.embed(tokens)
+        b, t, d = x.shape
+        keys, values = [], []
+        for i, qkv in enumerate(self.qkv):
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in qkv(x).split(d, dim=-1))
+            k, v = torch.cat([cache_k[i], k], dim=2), torch.cat([cache_v[i], v], dim=2)
+            x = x + nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+            keys.append(k)
+            values.append(v)
+        return self.head(x), torch.stack(keys), torch.stack(values)
+
+
+def stacked_cache_decoder():
+    torch.manual_seed(0)
+    return _StackedCacheDecoder().eval()

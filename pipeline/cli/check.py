@@ -155,15 +155,16 @@ def _same_graph(reference: Path, candidate: Path) -> bool:
 def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], count: int) -> list[dict]:
     """Feed sets of one sample each: every row of --inputs, or `count` synthetic samples of --profile."""
     from pipeline.core import seeds
-    from pipeline.core.samples import load_npz, model_inputs, split, synthetic
+    from pipeline.core.samples import batch_axes, load_npz, model_inputs, split, synthetic
 
+    axes = batch_axes(reference)
     if inputs is not None:
-        return split(load_npz(inputs, model_inputs(reference)), 1)
+        return split(load_npz(inputs, model_inputs(reference), axes), 1, axes)
     from pipeline.artifacts import as_built
     from pipeline.core.profiles import load_profile
 
     loaded = as_built(load_profile(profile), reference)
-    return split(synthetic(loaded, count, seed=seeds.COMPARE), loaded.shape(loaded.inputs[0])[0])
+    return split(synthetic(loaded, count, seed=seeds.COMPARE, axes=axes), loaded.shape(loaded.inputs[0])[0], axes)
 
 
 def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
@@ -250,14 +251,15 @@ def _torch_feeds(given, checked, module, onnx_path: Path, inputs: Optional[Path]
     """One sample of `checked`'s inputs (the model's, see `_torch_model`): the first of --inputs, else drawn from the profile;
     a decoder part's cross-attention caches are the torch encoder part's (`_decoder_feeds`)."""
     from pipeline.core import seeds
-    from pipeline.core.samples import load_npz, make_inputs, model_inputs
+    from pipeline.core.samples import batch_axes, load_npz, make_inputs, model_inputs, split
 
     if inputs is None:
         return _decoder_feeds(given, checked, module) if given.export.part == "decoder" else make_inputs(checked, seed=seeds.COMPARE)
-    data = load_npz(inputs, model_inputs(onnx_path))
-    feeds = {spec.name: data[spec.name][:1] for spec in checked.inputs if spec.name in data}
+    axes = batch_axes(onnx_path)
+    first = split(load_npz(inputs, model_inputs(onnx_path), axes), 1, axes)[0]
+    feeds = {spec.name: first[spec.name] for spec in checked.inputs if spec.name in first}
     if len(feeds) != len(checked.inputs):
-        raise PipelineError(f"{inputs}: has {sorted(data)}, profile {checked.name} takes {[spec.name for spec in checked.inputs]}; give one array per input")
+        raise PipelineError(f"{inputs}: has {sorted(first)}, profile {checked.name} takes {[spec.name for spec in checked.inputs]}; give one array per input")
     return feeds
 
 

@@ -60,16 +60,30 @@ def _fill(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]) -> 
     return rng.standard_normal(size=shape).astype(dtype)
 
 
-def synthetic(profile: Profile, samples: int, seed: int) -> dict[str, np.ndarray]:
-    """`samples` random valid feeds at the profile's opt shapes, concatenated along axis 0."""
+def synthetic(profile: Profile, samples: int, seed: int, axes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """`samples` random valid feeds at the profile's opt shapes, concatenated along each input's batch axis
+    (`axes`, see `batch_axes`; axis 0 where not given)."""
     feeds = [make_inputs(profile, seed=seed + i) for i in range(samples)]
-    return {name: np.concatenate([f[name] for f in feeds], axis=0) for name in feeds[0]}
+    return {name: np.concatenate([f[name] for f in feeds], axis=(axes or {}).get(name, 0)) for name in feeds[0]}
 
 
-def split(data: dict[str, np.ndarray], batch: int) -> list[dict[str, np.ndarray]]:
-    """Back into per-step feeds of `batch` rows each."""
+def split(data: dict[str, np.ndarray], batch: int, axes: dict[str, int] | None = None) -> list[dict[str, np.ndarray]]:
+    """Back into per-step feeds of `batch` rows each, cut along each input's batch axis (`axes`; axis 0 where not given)."""
+    axes = axes or {}
     rows = len(next(iter(data.values())))
-    return [{name: array[i : i + batch] for name, array in data.items()} for i in range(0, rows, batch)]
+    return [{name: array[(slice(None),) * axes.get(name, 0) + (slice(i, i + batch),)] for name, array in data.items()}
+            for i in range(0, rows, batch)]
+
+
+def batch_axes(onnx_path: Path) -> dict[str, int]:
+    """Each input's batch axis, along which samples are stacked: the axis of its shape named as the first input's
+    first dim (a cache laid out [layers, batch, heads, past, head_dim] has it at 1); 0 for every input where the
+    first input's first dim is not a named dynamic dim, and for an input without that dim."""
+    from pipeline.core.onnxfile import load_onnx
+
+    shapes = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim] for i in load_onnx(onnx_path).graph.input}
+    batch = next((dims[0] for dims in shapes.values() if dims), "") if shapes else ""
+    return {name: dims.index(batch) if batch and batch in dims else 0 for name, dims in shapes.items()}
 
 
 def check_sizes(profile: Profile) -> list[dict[str, int]]:
@@ -121,28 +135,31 @@ def model_feeds(inputs: dict[str, tuple[str, list]], dynamic_sizes: tuple[int, .
             for size in (dynamic_sizes if dynamic else dynamic_sizes[:1])]
 
 
-def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]]) -> dict[str, np.ndarray]:
+def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]], axes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Load a user's samples file (calibration data, compare's inputs) and check it against the model.
 
     `model_inputs` maps each ONNX input to (numpy dtype name, dims) where a dim is an int or
-    None (dynamic). Arrays hold samples concatenated along axis 0.
+    None (dynamic). Arrays hold samples concatenated along axis 0, or along each input's batch axis (`axes`,
+    see `batch_axes`: a cache laid out [layers, batch, ...] stacks them on axis 1).
     """
+    axes = axes or {}
     path = require_file(path, "calibration file", "pass an .npz with one array per model input (numpy.savez)")
     data = read_npz(path)
     missing = sorted(model_inputs.keys() - data.keys())
     if missing:
         raise InputError(f"{path}: no array for model input {missing[0]!r} (has {sorted(data)}); add one per input: {sorted(model_inputs)}")
-    rows = {name: data[name].shape[0] if data[name].ndim else 0 for name in model_inputs}
+    rows = {name: data[name].shape[axes.get(name, 0)] if data[name].ndim > axes.get(name, 0) else 0 for name in model_inputs}
     for name, (dtype, dims) in model_inputs.items():
-        array = data[name]
+        array, axis = data[name], axes.get(name, 0)
         if array.dtype != np.dtype(dtype):
             raise InputError(f"{path}: input {name!r} has dtype {array.dtype}, the model expects {dtype}; convert it with .astype({dtype!r})")
-        if array.ndim != len(dims) or any(d is not None and d != s for d, s in zip(dims[1:], array.shape[1:], strict=False)):
-            raise InputError(f"{path}: input {name!r} has shape {list(array.shape)}, the model expects [samples, {', '.join(str(d) if d is not None else '?' for d in dims[1:])}] (samples concatenated on axis 0)")
+        if array.ndim != len(dims) or any(d is not None and d != s and a != axis for a, (d, s) in enumerate(zip(dims, array.shape, strict=False))):
+            expected = ", ".join("samples" if a == axis else str(d) if d is not None else "?" for a, d in enumerate(dims))
+            raise InputError(f"{path}: input {name!r} has shape {list(array.shape)}, the model expects [{expected}] (samples concatenated on axis {axis})")
         if np.issubdtype(array.dtype, np.floating) and not np.all(np.isfinite(array)):
             raise InputError(f"{path}: input {name!r} contains NaN or Inf at flat index {int(np.argmin(np.isfinite(array).reshape(-1)))}; calibration needs finite values")
     if len(set(rows.values())) != 1 or 0 in rows.values():
-        raise InputError(f"{path}: inputs have different sample counts {rows}; every array needs the same number of rows on axis 0")
+        raise InputError(f"{path}: inputs have different sample counts {rows}; every array needs the same number of samples")
     return {name: data[name] for name in model_inputs}
 
 
