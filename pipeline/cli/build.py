@@ -56,7 +56,7 @@ def build(
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help=f"Profile name (profiles/NAME.toml) or path to a .toml file [default: {DEFAULT_PROFILE}; with --onnx, required].")] = None,
     onnx: Annotated[Optional[Path], typer.Option(help="Start from this ONNX file instead of exporting.")] = None,
     precisions: frozenset[str] = frozenset(),
-    calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples on axis 0) [default: synthetic from the profile].")] = None,
+    calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples stacked on its batch axis, axis 0 for most models) [default: synthetic from the profile].")] = None,
     preset: PresetOption = None,
     min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help=f"Accuracy gate vs FP32 (cosine_centered) [default: {_gate_defaults('min_cosine')}].")] = None,
     min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help=f"A decoder's gate: share of greedy tokens equal to torch's [default: {_gate_defaults('min_token_agreement')}; docs/decoders.md].")] = None,
@@ -130,7 +130,7 @@ def _check_calibration_file(path: Path, profile) -> None:
     from pipeline.core.fileio import require_file
     from pipeline.core.samples import read_npz
 
-    data = read_npz(require_file(path, "calibration file", "pass an existing .npz (one array per model input, samples on axis 0)"))
+    data = read_npz(require_file(path, "calibration file", "pass an existing .npz (one array per model input, samples stacked on its batch axis, axis 0 for most models)"))
     for spec in profile.inputs:
         if spec.name not in data:
             raise InputError(f"{path}: no array for input {spec.name!r} of profile {profile.name} (has {sorted(data)}); add one per input")

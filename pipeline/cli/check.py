@@ -66,7 +66,7 @@ def _has_qdq(model: Path) -> bool:
         "exposed, listing the nodes where the error grows most (which Q/DQ or FP16 conversion costs accuracy), each "
         "with the torch module it came from. With --torch, A is the profile's torch model and B the ONNX file: "
         "every submodule is compared with the ONNX tensor it maps to, in the order the modules run, and the first "
-        "over the export tolerance is named. Inputs: --inputs FILE.npz (one array per input, samples on axis 0) or "
+        "over the export tolerance is named. Inputs: --inputs FILE.npz (one array per input, samples stacked on its batch axis, axis 0 for most models) or "
         "synthetic samples from --profile.\n\n"
         "Examples:\n\n"
         "  python -m pipeline compare model.opt.onnx model.int8.onnx --profile bert-tiny\n\n"
@@ -85,7 +85,7 @@ def compare(
     candidate: Annotated[Optional[Path], typer.Argument(help="B: the model to check (FP16, INT8, ...); not with --torch.")] = None,
     torch_model: Annotated[bool, typer.Option("--torch", help="Compare the ONNX file with the profile's torch model, module by module.")] = False,
     exporters: Annotated[bool, typer.Option("--exporters", help="Export --profile's model with both exporters (in a temporary folder), compare each with torch module by module and the two with each other by alignment.")] = False,
-    inputs: Annotated[Optional[Path], typer.Option(help="Inputs .npz: one array per model input, samples on axis 0.")] = None,
+    inputs: Annotated[Optional[Path], typer.Option(help="Inputs .npz: one array per model input, samples stacked on its batch axis, axis 0 for most models.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile to draw synthetic inputs from (with --torch: the model) [default: the one the build's manifest records (the ONNX file's folder); with --torch, else bert-tiny].")] = None,
     samples: Annotated[int, typer.Option(min=1, max=256, help="Synthetic samples (with --profile).")] = 4,
     top: Annotated[int, typer.Option(min=1, help="Nodes to list.")] = 15,

@@ -130,7 +130,7 @@ def quantize(
     source: Annotated[Path, typer.Argument(help="FP32 ONNX file.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="ONNX file to write.")],
     precisions: frozenset[str] = frozenset(),
-    calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples on axis 0.")] = None,
+    calib: Annotated[Optional[Path], typer.Option(help="Calibration .npz: one array per model input, samples stacked on its batch axis, axis 0 for most models.")] = None,
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile of the stage's settings, its synthetic calibration data (when no --calib), held-out accuracy samples and the input shapes the result must run at [default: the [quant] defaults, zeros with dynamic dims at 1 and 3].")] = None,
     preset: PresetOption = None,
 ) -> None:
