@@ -259,6 +259,22 @@ def test_init_writes_a_starter_profile_that_builds(tmp_path):
     assert again.returncode == 2 and "exists" in again.stderr
 
 
+def test_init_keeps_the_head_a_checkpoint_was_saved_with(tmp_path):
+    """A GPT2LMHeadModel checkpoint is a causal LM (its config's architectures), not the GPT2Model under it."""
+    from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
+
+    from pipeline.models.starter import starter_profile
+
+    GPT2LMHeadModel(GPT2Config(vocab_size=128, n_embd=32, n_layer=1, n_head=2, n_positions=64)).save_pretrained(tmp_path / "lm")
+    BertForSequenceClassification(BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=64, max_position_embeddings=64)).save_pretrained(tmp_path / "cls")
+    tasks = {}
+    for name in ("lm", "cls"):
+        (tmp_path / f"{name}.toml").write_text(starter_profile(str(tmp_path / name), None, name, tmp_path))
+        tasks[name] = load_profile(str(tmp_path / f"{name}.toml")).model.task
+    assert tasks == {"lm": "causal-lm", "cls": "sequence-classification"}
+
+
 def test_init_from_a_model_type_and_its_errors(tmp_path):
     from pipeline.models.starter import starter_profile
 

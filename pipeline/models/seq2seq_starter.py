@@ -18,10 +18,12 @@ EXPORT_COMMENT = ('a build makes the encoder and the decoder with past, each in 
 
 
 def task_of(transformers: Any, source: str, config: Any, task: str | None) -> str:
-    """The task init writes: the one asked for, else base; for an encoder-decoder its generation head as transformers
-    maps its config (seq2seq-lm, or speech2seq-lm for Whisper). Another head of an encoder-decoder is refused."""
+    """The task init writes: the one asked for, else the one whose model class a checkpoint's config names (its
+    `architectures`: a GPT2LMHeadModel checkpoint keeps its LM head), else base; for an encoder-decoder its generation
+    head as transformers maps its config (seq2seq-lm, or speech2seq-lm for Whisper). Another head of an
+    encoder-decoder is refused."""
     if not config.is_encoder_decoder:
-        return task or "base"
+        return task or _architecture_task(transformers, config) or "base"
     heads = [t for t in ENCODER_DECODER_TASKS if type(config) in getattr(transformers, AUTO_CLASSES[t])._model_mapping]
     if task in ENCODER_DECODER_TASKS or (task is None and heads):
         return task or heads[0]
@@ -31,6 +33,19 @@ def task_of(transformers: Any, source: str, config: Any, task: str | None) -> st
                          f"({' or '.join(AUTO_CLASSES[t] for t in ENCODER_DECODER_TASKS)}); write its profile by hand (docs/decoders.md)")
     raise InputError(f"init --hf {source}: {name} is an encoder-decoder; init writes its generation model (--task {heads[0] if heads else 'seq2seq-lm'}: "
                      f"the encoder and the decoder with past, two models of one build), not --task {task}")
+
+
+def _architecture_task(transformers: Any, config: Any) -> str | None:
+    """The task whose auto class maps the config to the class its `architectures` names (save_pretrained writes it)."""
+    named = set(getattr(config, "architectures", None) or ())
+    for task, auto_class in AUTO_CLASSES.items():
+        try:
+            mapped = getattr(transformers, auto_class)._model_mapping[type(config)]
+        except (KeyError, ValueError):
+            continue
+        if any(model_class.__name__ in named for model_class in (mapped if isinstance(mapped, tuple) else (mapped,))):
+            return task
+    return None
 
 
 def encoder_decoder_inputs(config: Any, task: str) -> tuple[dict, list[tuple[dict, str]]]:
