@@ -158,6 +158,7 @@ def import_transformers(needed_by: str, error: type[Exception] = ProfileError):
     except ImportError as err:
         raise error(f'{needed_by} needs transformers: pip install "{_transformers_requirement()}" (the [hf] extra)') from err
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # "Loading weights" bars: the stage's own line and progress say it
     return transformers
 
 
