@@ -157,3 +157,42 @@ def test_a_dim_the_models_code_fixes_is_refused_naming_the_dim_and_the_line(tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["p.toml"]
     static = load_profile(str(write_profile(tmp_path, LENGTH_LOOP_PROFILE.replace("min = 2", "min = 8").replace("max = 16", "max = 8"), "s.toml")))
     assert export_model(static, tmp_path / "s.onnx").max_abs_diff == 0.0
+
+
+def test_init_writes_a_dim_the_models_code_fixes_static_at_the_size_it_was_fixed(tmp_path):
+    """init's export trial (pipeline/models/starter.py) turns the refusal above into a profile that exports: the dim at
+    the size the export fixed it at, commented; the export of the written profile then passes."""
+    import tomlkit
+
+    from pipeline.models.starter import choose_exporter
+
+    document, path = tomlkit.parse(LENGTH_LOOP_PROFILE), tmp_path / "written.toml"
+    choose_exporter(document, path, "StepsOverItsLength")
+    path.write_text(tomlkit.dumps(document))
+    assert [document["dims"]["seq"][key] for key in ("min", "opt", "max")] == [8, 8, 8]
+    assert "StepsOverItsLength's code fixes it" in path.read_text()
+    assert export_model(load_profile(str(path)), tmp_path / "m.onnx").max_abs_diff == 0.0
+
+
+def test_init_writes_the_profile_untried_when_its_budget_runs_out_during_the_export_trial(tmp_path):
+    """The export trial is init's last step: out of time there, the profile the model ran on is written as it was,
+    its comment saying the export was not tried (a budget of 0 off the main thread: spent as the step starts, no timing)."""
+    import threading
+
+    import tomlkit
+
+    from pipeline.core.budget import TimeBudget
+    from pipeline.models.starter import choose_exporter
+
+    document = tomlkit.parse(LENGTH_LOOP_PROFILE + '[export]\nexporter = "dynamo"\n')
+
+    def init_out_of_time() -> None:
+        with TimeBudget(0, "the test"):
+            choose_exporter(document, tmp_path / "written.toml", "StepsOverItsLength")
+
+    worker = threading.Thread(target=init_out_of_time)
+    worker.start()
+    worker.join()
+    text = tomlkit.dumps(document)
+    assert "# not tried: exporting StepsOverItsLength with the dynamo exporter did not finish within init's time budget" in text
+    assert [document["dims"]["seq"][key] for key in ("min", "max")] == [2, 16]
