@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -26,6 +25,8 @@ from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
 from pipeline.core.verify import OnnxSession
+from pipeline.export_failures import exporter_failure
+from pipeline.fixed_dims import DimFixed, check_dims, shape_guards
 from pipeline.models.decoder import derived_inputs
 from pipeline.models.module import build_module, flatten_outputs, run_module
 
@@ -49,9 +50,6 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     """Export the profile's model to `output` (atomically) and check it against torch. `functions`:
     module class names exported as ONNX local functions (TorchScript exporter), one call per instance.
     A decoder's greedy generation is checked too; `generation_reference`: where torch's is saved for later stages."""
-    import torch
-
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     exporter = exporter or profile.export.exporter
     if functions and exporter != "torchscript":
         raise InputError("--functions needs --exporter torchscript: torch's dynamo exporter does not export modules as ONNX functions")
@@ -59,42 +57,65 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     given = profile
     module, example, dynamic_shapes, profile = build_module(profile)
     function_classes = _function_classes(module, functions or [])
+    status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
+    with atomic_onnx(output) as tmp:
+        _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, function_classes)
+        status("verifying against torch on onnxruntime (CPU)")
+        # one session for the file, the verification's and the generation check's; the graph as written: onnxruntime's
+        # basic level folds a Pad(0) into the MaxPool after it, whose padding is -inf (BiT's stem: 3e-3 off torch)
+        session = OnnxSession(tmp, as_written=True)
+        result = _verify(profile, module, tmp, exporter, session)
+        generation = _generation(given, profile, module, tmp, session, generation_reference, status)
+    return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+def export_unchecked(profile: Profile, output: Path, exporter: str) -> None:
+    """The profile's model exported to `output` as export_model exports it, not checked against torch: init's trial of
+    an exporter (pipeline/models/starter.py), whose build checks it."""
+    module, example, dynamic_shapes, profile = build_module(profile)
+    with atomic_onnx(output) as tmp:
+        _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, set())
+
+
+def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, profile: Profile, exporter: str, function_classes: set[type]) -> None:
+    """Run the exporter on the module, the file written to `tmp`; a failure is one line (pipeline/export_failures.py),
+    a dim the dynamo exporter fixed is refused (pipeline/fixed_dims.py)."""
+    import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     input_names = [spec.name for spec in profile.inputs]
     output_names = _output_names(module, example, profile)
     shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
-    status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
-    with atomic_onnx(output) as tmp:
-        try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
-            with warnings.catch_warnings(), captured(), _flat_forward(module, profile):
-                warnings.simplefilter("ignore")
-                if exporter == "dynamo":
+    try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
+        with warnings.catch_warnings(), captured(), _flat_forward(module, profile):
+            warnings.simplefilter("ignore")
+            if exporter == "dynamo":
+                with shape_guards() as guards:
                     program = torch.onnx.export(
                         module, example, dynamo=True, opset_version=profile.export.opset,
                         input_names=input_names, output_names=output_names, dynamic_shapes=shapes,
                         optimize=False, verbose=False,  # our optimize stage does this, exactly (see issue 3)
                     )
-                    program.save(str(tmp), external_data=ir_weight_bytes(program.model) > external_data_threshold())
-                else:
-                    # torch always enables its ONNX log (it tests the function object, not its result),
-                    # which prints the whole IR to stdout on failure: send it to the captured stderr
-                    getattr(torch._C, "_jit_set_onnx_log_output_stream", lambda _: None)("stderr")
-                    try:
-                        torch.onnx.export(
-                            module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
-                            input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
-                            export_modules_as_functions=function_classes or False,
-                        )
-                    finally:  # torch leaves its log on, and the module hooks of --functions then log on every later forward
-                        torch._C._jit_set_onnx_log_enabled(False)
-                    if function_classes:
-                        _stamp_function_calls(tmp, module, example, function_classes)
-        except Exception as err:
-            raise _unsupported_operator(err, module, example, exporter, profile) from err
-        status("verifying against torch on onnxruntime (CPU)")
-        session = OnnxSession(tmp)  # one session for the file: the verification and the generation check
-        result = _verify(profile, module, tmp, exporter, session)
-        generation = _generation(given, profile, module, tmp, session, generation_reference, status)
-    return replace(result, derived=derived_inputs(given, profile), generation=generation)
+                check_dims(profile, list(program.model.graph.inputs), guards, type(module).__name__)
+                program.save(str(tmp), external_data=ir_weight_bytes(program.model) > external_data_threshold())
+            else:
+                # torch always enables its ONNX log (it tests the function object, not its result),
+                # which prints the whole IR to stdout on failure: send it to the captured stderr
+                getattr(torch._C, "_jit_set_onnx_log_output_stream", lambda _: None)("stderr")
+                try:
+                    torch.onnx.export(
+                        module, example, str(tmp), dynamo=False, opset_version=profile.export.opset,
+                        input_names=input_names, output_names=output_names, dynamic_axes=_torchscript_axes(profile) or None, verbose=False,
+                        export_modules_as_functions=function_classes or False,
+                    )
+                finally:  # torch leaves its log on, and the module hooks of --functions then log on every later forward
+                    torch._C._jit_set_onnx_log_enabled(False)
+                if function_classes:
+                    _stamp_function_calls(tmp, module, example, function_classes)
+    except DimFixed:
+        raise
+    except Exception as err:
+        raise exporter_failure(err, module, example, exporter, profile) from err
 
 
 def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None,
@@ -314,85 +335,3 @@ def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict
 
 def _shapes(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:
     return {name: list(a.shape) for name, a in feeds.items()}
-
-
-_OP_PATTERNS = (
-    re.compile(r"No ONNX function found for <OpOverload\(op='(?P<op>[\w.]+)'"),
-    re.compile(r"operator '(?P<op>[\w:.]+)' to ONNX opset"),
-    re.compile(r"target=torch\.ops\.(?P<op>[\w.]+?)(?:\.default)?\]"),
-)
-
-
-def _unsupported_operator(err: Exception, module: Any, example: tuple, exporter: str, profile: Profile) -> Exception:
-    """Turn an exporter failure into one line naming the operator and the module that calls it."""
-    text = "\n".join(str(e) for e in _chain(err))
-    if "Failed to decompose the FX graph" in text:  # torch.export ran; an operator failed on its symbolic shapes
-        return InputError(
-            f"export: the {exporter} exporter could not decompose the model at its dynamic dims: {_summary(text)}; "
-            "that exporter cannot export this model with these [dims]: set `[export] exporter = \"torchscript\"` in the profile "
-            "(`export --exporter torchscript` for one export), or make the dims static"
-        )
-    for pattern in _OP_PATTERNS:
-        if match := pattern.search(text):
-            op = match["op"].replace("::", ".")
-            where = locate_operator(module, example, op)
-            place = f"called in module '{where[0]}' ({where[1]})" if where else "its calling module could not be found"
-            return InputError(
-                f"export: operator {op} has no ONNX translation in the {exporter} exporter at opset {profile.export.opset}; "
-                f"{place}; replace it in the model or try the other exporter (--exporter), no fallback is attempted"
-            )
-    return InputError(f"export: the {exporter} exporter failed: {_summary(text) or type(err).__name__}; rerun with --debug for the trace")
-
-
-def locate_operator(module: Any, example: tuple, op: str) -> tuple[str, str] | None:
-    """Run the model once and return (qualified name, class) of the innermost module calling `op`."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    wanted = op.split(".")[-1] if op.count(".") == 1 else op.split(".")[1]
-    stack: list[tuple[str, str]] = [("<root>", type(module).__qualname__)]
-    found: list[tuple[str, str]] = []
-
-    class _Spy(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not found and func.overloadpacket.__name__ == wanted:
-                found.append(stack[-1])
-            return func(*args, **(kwargs or {}))
-
-    def enter(name: str):
-        def hook(sub, args) -> None:
-            stack.append((name, type(sub).__qualname__))
-
-        return hook
-
-    def leave(sub, args, output) -> None:
-        stack.pop()
-
-    handles = []
-    for name, sub in module.named_modules():
-        if name:
-            handles += [sub.register_forward_pre_hook(enter(name)), sub.register_forward_hook(leave)]
-    try:
-        with torch.no_grad(), _Spy():
-            module(*example)
-    except Exception:
-        return found[0] if found else None
-    finally:
-        for handle in handles:
-            handle.remove()
-    return found[0] if found else None
-
-
-def _chain(err: BaseException):
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        yield err
-        err = err.__cause__ or err.__context__
-
-
-def _summary(text: str) -> str:
-    """The root cause line of an exporter error ("<class 'X'>: message" in its summary), else its first line."""
-    causes = re.findall(r"^<class '[\w.]+'>: (.+)$", text, flags=re.MULTILINE)
-    lines = [line for line in text.splitlines() if line.strip()]
-    return re.sub(r"\x1b\[[0-9;]*m", "", causes[0] if causes else lines[0] if lines else "")

@@ -244,3 +244,28 @@ class _StackedCacheDecoder(nn.Module):
 def stacked_cache_decoder():
     torch.manual_seed(0)
     return _StackedCacheDecoder().eval()
+
+
+class _PaddedMaxPool(nn.Module):
+    """Zero padding, then a max pool (a BiT stem's): over a window of negative values the padded 0 is the maximum."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad, self.pool = nn.ZeroPad2d(1), nn.MaxPool2d(3, stride=2)
+
+    def forward(self, x):
+        return self.pool(self.pad(x - 2.0))
+
+
+def padded_max_pool():
+    return _PaddedMaxPool()
+
+
+class _StepsOverItsLength(nn.Module):
+    def forward(self, x):
+        return torch.stack([x[:, i] * (i + 1) for i in range(x.shape[1])], dim=1)  # a Python loop over a dynamic dim
+
+
+def steps_over_its_length():
+    """A model whose code takes its input's dim 1 as a Python number (mamba's sequential scan, funnel's position list)."""
+    return _StepsOverItsLength()

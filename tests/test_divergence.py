@@ -205,3 +205,13 @@ def test_compare_header_in_argument_order_full_names_and_modules(broken_bert, tm
     listed = [row.split()[0] for row in rows]
     assert listed and all(name in names for name in listed), "every listed node name is whole"
     assert any(".layers." in row.split()[1] for row in rows), "rows name the torch module"
+
+
+def test_modules_are_judged_as_the_export_check_judges_outputs_relative_above_one(tmp_path):
+    """Outputs near 1e6 carry float32 rounding near 0.1, which the export's check accepts (its tolerance x the output's
+    largest magnitude): compare --torch judges each module so, and names no module where the export passed (it named
+    the last Linear, and for BiT a conv whose outputs near 100 were 1.06e-4 off)."""
+    profile = str(write_profile(tmp_path, TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:scaled_tiny_mlp")))
+    export_model(load_profile(profile), tmp_path / "m.onnx")
+    result = compare_torch(tmp_path / "m.onnx", profile)
+    assert result["first_diverging"] is None and max(r["max_abs_diff"] for r in result["rows"]) > result["tolerance"]

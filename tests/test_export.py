@@ -103,3 +103,96 @@ def test_bad_factory(tmp_path, factory, expected):
     text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", factory)
     with pytest.raises(ProfileError, match=expected):
         export_model(load_profile(str(write_profile(tmp_path, text))), tmp_path / "m.onnx")
+
+
+PADDED_POOL_PROFILE = """name = "padded-pool"
+[model]
+factory = "factories:padded_max_pool"
+[dims.batch]
+min = 1
+opt = 4
+max = 8
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["batch", 4, 16, 16]
+"""
+
+
+def test_the_export_is_checked_as_written_not_through_onnxruntimes_pad_fusion(tmp_path):
+    """onnxruntime's basic-level PadFusion folds Pad(0) into the MaxPool after it, whose padding is -inf: over a window of
+    negative values the file computes 0 and the fused pool the negative maximum (what failed BiT's export by 3e-3).
+    The export's check runs the graph as written, so a correct file passes."""
+    profile = load_profile(str(write_profile(tmp_path, PADDED_POOL_PROFILE)))
+    result = export_model(profile, tmp_path / "m.onnx")
+    assert result.max_abs_diff <= 1e-6
+
+
+LENGTH_LOOP_PROFILE = """name = "length-loop"
+[model]
+factory = "factories:steps_over_its_length"
+[dims.batch]
+min = 1
+opt = 2
+max = 4
+[dims.seq]
+min = 2
+opt = 8
+max = 16
+[[inputs]]
+name = "x"
+dtype = "float32"
+shape = ["batch", "seq", 3]
+"""
+
+
+def test_a_dim_the_models_code_fixes_is_refused_naming_the_dim_and_the_line(tmp_path):
+    """torch.onnx retries a specialized dim with torch's suggested fix (the example's size): the file then takes one
+    length. The export says which dim, at what size, where the model's code fixed it, and what to set; it writes nothing."""
+    profile = load_profile(str(write_profile(tmp_path, LENGTH_LOOP_PROFILE)))
+    with pytest.raises(InputError) as info:
+        export_model(profile, tmp_path / "m.onnx")
+    message = str(info.value)
+    assert "dim 'seq' at 8" in message and "factories.py" in message and "min = opt = max" in message, message
+    assert [p.name for p in tmp_path.iterdir()] == ["p.toml"]
+    static = load_profile(str(write_profile(tmp_path, LENGTH_LOOP_PROFILE.replace("min = 2", "min = 8").replace("max = 16", "max = 8"), "s.toml")))
+    assert export_model(static, tmp_path / "s.onnx").max_abs_diff == 0.0
+
+
+def test_init_writes_a_dim_the_models_code_fixes_static_at_the_size_it_was_fixed(tmp_path):
+    """init's export trial (pipeline/models/starter.py) turns the refusal above into a profile that exports: the dim at
+    the size the export fixed it at, commented; the export of the written profile then passes."""
+    import tomlkit
+
+    from pipeline.models.starter import choose_exporter
+
+    document, path = tomlkit.parse(LENGTH_LOOP_PROFILE), tmp_path / "written.toml"
+    choose_exporter(document, path, "StepsOverItsLength")
+    path.write_text(tomlkit.dumps(document))
+    assert [document["dims"]["seq"][key] for key in ("min", "opt", "max")] == [8, 8, 8]
+    assert "StepsOverItsLength's code fixes it" in path.read_text()
+    assert export_model(load_profile(str(path)), tmp_path / "m.onnx").max_abs_diff == 0.0
+
+
+def test_init_writes_the_profile_untried_when_its_budget_runs_out_during_the_export_trial(tmp_path):
+    """The export trial is init's last step: out of time there, the profile the model ran on is written as it was,
+    its comment saying the export was not tried (a budget of 0 off the main thread: spent as the step starts, no timing)."""
+    import threading
+
+    import tomlkit
+
+    from pipeline.core.budget import TimeBudget
+    from pipeline.models.starter import choose_exporter
+
+    document = tomlkit.parse(LENGTH_LOOP_PROFILE + '[export]\nexporter = "dynamo"\n')
+
+    def init_out_of_time() -> None:
+        with TimeBudget(0, "the test"):
+            choose_exporter(document, tmp_path / "written.toml", "StepsOverItsLength")
+
+    worker = threading.Thread(target=init_out_of_time)
+    worker.start()
+    worker.join()
+    text = tomlkit.dumps(document)
+    assert "# not tried: exporting StepsOverItsLength with the dynamo exporter did not finish within init's time budget" in text
+    assert [document["dims"]["seq"][key] for key in ("min", "max")] == [2, 16]

@@ -142,3 +142,11 @@ def test_the_sweep_covers_every_type_a_task_maps_and_docs_show_the_recorded_resu
     assert not [t for t, r in results["runs"].items() if r["init"]["status"] == "internal"], "init: no internal error on any type"
     text = (REPO / "docs" / "models.md").read_text()
     assert text[text.index(sweep.START) + len(sweep.START): text.index(sweep.END)] == "\n" + sweep.table(results)
+
+
+def test_init_names_the_exporter_that_exports_swin(tmp_path):
+    """The dynamo exporter cannot decompose Swin at a dynamic batch; init's export trial finds the torchscript exporter
+    exports and verifies, and writes it with dynamo's reason (the build then exports: no refusal to act on by hand)."""
+    profile = init_profile(tmp_path, "swin")
+    assert profile.export.exporter == "torchscript"
+    assert "# torchscript: the dynamo exporter could not decompose the model at its dynamic dims" in (tmp_path / "swin.toml").read_text()

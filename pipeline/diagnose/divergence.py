@@ -49,7 +49,7 @@ class TorchComparison:
 
     onnx: str
     profile: str
-    tolerance: float  # the profile's export tolerance (max |onnx - torch|)
+    tolerance: float  # the profile's export tolerance (max |onnx - torch|, x the module's largest magnitude above 1, as export's check)
     modules: int
     mapped: int  # modules mapped to an ONNX tensor
     first_diverging: ModuleError | None  # the first over the tolerance
@@ -61,7 +61,7 @@ class TorchComparison:
         if first is None:
             return f"no mapped module exceeds the tolerance {self.tolerance:g} ({self.mapped} of {self.modules} modules mapped)"
         return (f"first diverging module: {first.module} ({first.kind}, tensor {first.tensor!r}, max_abs_diff {first.max_abs_diff:.3g} "
-                f"over the tolerance {self.tolerance:g})")
+                f"over the tolerance {self.tolerance:g}{_scaled(first)})")
 
     @property
     def fused(self) -> list[str]:
@@ -237,8 +237,19 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     rows = [_compare_module(name, capture, _last_call_outputs(name, calls, scopes.by_module), scopes, values) for name, capture in captures.items()]
     rows = _compare_folded(rows, list(captures.values()), values)
     tolerance = profile.export.tolerance
-    first = next((r for r in rows if r.max_abs_diff is not None and not r.max_abs_diff <= tolerance), None)
+    first = next((r for r in rows if r.max_abs_diff is not None and not r.max_abs_diff <= tolerance * _magnitude(r)), None)
     return TorchComparison(str(onnx_path), profile.name, tolerance, len(rows), sum(r.tensor is not None for r in rows), first, rows), captures
+
+
+def _magnitude(row: ModuleError) -> float:
+    """The module's largest output magnitude where above 1, else 1: float32 rounding grows with the values, and the
+    export's check scales its tolerance so (a BiT conv's outputs near 100 carry 1e-4 of rounding)."""
+    return max(1.0, row.max_abs_diff / row.relative) if row.relative else 1.0
+
+
+def _scaled(row: ModuleError) -> str:
+    magnitude = _magnitude(row)
+    return f" x {magnitude:.3g}, its largest magnitude" if magnitude > 1 else ""
 
 
 def _last_call_outputs(name: str, calls: dict[str, int], scopes: dict[str, list[tuple[str, int]]]) -> list[tuple[str, int]]:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import tomlkit
 
 from pipeline.core.budget import OutOfTime, TimeBudget, step
-from pipeline.core.errors import InputError, PipelineError
+from pipeline.core.errors import InputError, PipelineError, first_line
 from pipeline.core.profiles import Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
 from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
@@ -139,12 +140,51 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
                     profile = Profile.model_validate({**document.unwrap(), "source": path})
             bound, export_profile = prepare(model, profile)
             run_at_max(type(model).__name__, bound, export_profile, batch_one=checkpoint)
+            model_name = type(model).__name__
     except PipelineError as err:
         raise InputError(f"init --hf {source}: {str(err).removeprefix(f'{path}: ')}") from err
     except Exception as err:  # noqa: BLE001 - transformers' model, not ours: any failure is the model's limit
         raise InputError(f"init --hf {source}: transformers' {type(model).__name__ if model is not None else 'model'} does not run on "
                          f"the profile init would write ({type(err).__name__}: {short_error(err)}); "
                          "write its config and [[inputs]] by hand (see docs/models.md)") from err
+    if not checkpoint:  # a checkpoint's export may take minutes: its build says what its export cannot do
+        choose_exporter(document, path, model_name)
+
+
+def choose_exporter(document: Any, path: Path, model_name: str) -> None:
+    """Export the model with the dynamo exporter as its build will (pipeline/export.py, into a scratch folder; not
+    checked against torch, which the build does) and make the profile one that exports: a dim the model's code fixes
+    (funnel's and mamba's seq) is written static at the size the export fixed it at; where the dynamo exporter fails
+    otherwise and the torchscript exporter exports and passes the export's check, the profile names that one (swin,
+    xlnet at their dynamic dims). Each change is commented; with neither exporter the profile keeps
+    dynamo, whose line its build prints. The trial is init's last step: where init's time budget runs out during it,
+    the profile the model ran on is written as it is, its comment saying the export was not tried."""
+    from pipeline.export import export_model, export_unchecked
+    from pipeline.fixed_dims import DimFixed
+
+    profile = Profile.model_validate({**document.unwrap(), "source": path})
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            with step(f"exporting {model_name} with the dynamo exporter"):
+                export_unchecked(profile, Path(scratch) / "dynamo.onnx", exporter="dynamo")
+            return
+        except OutOfTime as out:
+            document["export"].comment(f"not tried: {out.step} did not finish within init's time budget of {out.seconds:g} s")
+            return
+        except PipelineError as failed:
+            if isinstance(failed, DimFixed) and failed.dim in document["dims"]:
+                dim = document["dims"][failed.dim]
+                dim["min"] = dim["opt"] = dim["max"] = failed.size
+                dim.comment(f"{model_name}'s code fixes it: the dynamo exporter exports this size only (one engine per size)")
+                return
+            dynamo = first_line(failed).removeprefix("export: ").split("; ")[0]
+        try:
+            with step(f"exporting {model_name} with the torchscript exporter, the dynamo exporter having failed"):
+                export_model(profile, Path(scratch) / "torchscript.onnx", exporter="torchscript")
+        except (PipelineError, OutOfTime):
+            return
+    document["export"]["exporter"] = "torchscript"
+    document["export"].comment(f"torchscript: {dynamo}")
 
 
 def _longest_sequence(model: Any, profile: Profile) -> int:
