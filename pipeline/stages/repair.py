@@ -135,7 +135,7 @@ def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[
 
     def affordable() -> bool:
         elapsed = time.perf_counter() - started
-        return elapsed + (sum(spent) / len(spent) if spent else attempt_seconds) <= BUDGET * attempt_seconds
+        return elapsed + max([attempt_seconds, *spent]) <= BUDGET * attempt_seconds  # the next trial, as long as the longest yet
 
     def run(kept: tuple[str, ...]) -> Trial:
         trial_started = time.perf_counter()
