@@ -104,8 +104,8 @@ TOKEN_STD = 0.02  # the std ViT's init draws its class token and position embedd
 
 def draw_zero_tokens(model: Any, std: float) -> list[str]:
     """Draw the learned tokens a random-weight model's init leaves at zero, as ViT's init draws its own (normal, `std`):
-    the parameters a module holds itself (not a Linear's, Conv's or norm's weight or bias) of two or more dims that are
-    all zero. YOLOS leaves its class token, 100 detection tokens and position embeddings at zero: 101 identical tokens
+    the parameters a module holds itself (not a Linear's, Conv's or norm's weight or bias) named as tokens or embeddings,
+    of two or more dims, all zero (LeViT's zero attention biases are its design, and stay). YOLOS leaves its class token, 100 detection tokens and position embeddings at zero: 101 identical tokens
     of zeros, which LayerNorm then scales up from the attention's last bits, so its INT8 check read cosine 0.81.
     Returns the names of the parameters drawn."""
     import torch
@@ -118,7 +118,7 @@ def draw_zero_tokens(model: Any, std: float) -> list[str]:
             if isinstance(module, plain):
                 continue
             for name, parameter in module.named_parameters(recurse=False):
-                if parameter.dim() >= 2 and not parameter.any():
+                if parameter.dim() >= 2 and ("token" in name or "embedding" in name) and not parameter.any():
                     parameter.normal_(0.0, std)
                     drawn.append(f"{module_name}.{name}".lstrip("."))
     return drawn
