@@ -312,3 +312,45 @@ def test_a_random_weight_cnn_gets_the_batch_norm_statistics_of_its_own_activatio
         assert float(settled(pixel_values=images).last_hidden_state.abs().max()) > 0.1
     norms = [m for m in settled.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert norms and not any(m.training for m in norms) and not torch.allclose(norms[-1].running_var, torch.ones_like(norms[-1].running_var))
+
+
+def _image_profile(tmp_path, name: str, config: str, side: int) -> object:
+    return load_profile(str(write_profile(tmp_path, f'name = "{name}"\n[model]\nseed = 0\n[model.hf_config]\n{config}\n[dims.batch]\nmin = 1\n'
+                                                    f'opt = 2\nmax = 4\n[[inputs]]\nname = "pixel_values"\ndtype = "float32"\n'
+                                                    f'shape = ["batch", 3, {side}, {side}]\n', f"{name}.toml")))
+
+
+def test_a_random_weight_cnn_whose_init_draws_the_batch_norm_scale_gets_scale_one(tmp_path):
+    """EfficientNet's init draws each BatchNorm's scale as N(0, 0.02), which shrinks the signal 50x per layer however
+    the statistics are settled (the sweep's EfficientNet read outputs near 1e-10 and FP16 cosine 0.0014): the model
+    built from hf_config has torch's own scale 1 and shift 0, and outputs of order 1."""
+    from pipeline.models.hf import load_hf_model
+
+    profile = _image_profile(tmp_path, "effnet", 'model_type = "efficientnet"\nimage_size = 32\nkernel_sizes = [3, 3]\n'
+                             'in_channels = [32, 16]\nout_channels = [16, 24]\nstrides = [1, 2]\nnum_block_repeats = [1, 1]\n'
+                             'expand_ratios = [1, 6]', 32)
+    model = load_hf_model(profile)
+    with torch.no_grad():
+        outputs = model(pixel_values=torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))).last_hidden_state
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert all(torch.equal(m.weight, torch.ones_like(m.weight)) and not m.bias.any() for m in norms)
+    assert float(outputs.std()) > 0.1
+
+
+def test_a_random_weight_model_gets_the_learned_tokens_its_init_leaves_at_zero(tmp_path):
+    """YOLOS's init leaves its class token, detection tokens and position embeddings at zero: identical tokens, which
+    LayerNorm scales up from the attention's last bits (the sweep's YOLOS read INT8 cosine 0.81). The model built from
+    hf_config has them drawn as ViT draws its own; a Linear's zero bias and LayerNorm's shift stay zero."""
+    from pipeline.models.hf import load_hf_model
+
+    profile = _image_profile(tmp_path, "yolos", 'model_type = "yolos"\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 1\n'
+                             'num_attention_heads = 2\nimage_size = [32, 32]\nnum_detection_tokens = 4', 32)
+    model = load_hf_model(profile)
+    embeddings = model.embeddings
+    assert embeddings.cls_token.any() and embeddings.position_embeddings.any()
+    assert not torch.allclose(embeddings.detection_tokens[0, 0], embeddings.detection_tokens[0, 1])
+    assert not model.encoder.layer[0].attention.attention.query.bias.any() and not model.layernorm.bias.any()
+    with torch.no_grad():
+        hidden = model(pixel_values=torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))).last_hidden_state
+    detections = hidden[0, -4:]
+    assert float((detections - detections.mean(0)).abs().max()) > 0.1  # the detection tokens differ from one another

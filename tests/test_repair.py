@@ -10,7 +10,8 @@ import pytest
 from conftest import run_cli, write_profile
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.stages.repair import MAX_SHARE, Trial, search
+from pipeline.stages import repair
+from pipeline.stages.repair import BUDGET, MAX_SHARE, Trial, op_type_groups, search
 
 PROFILE = """
 name = "overflow"
@@ -125,18 +126,21 @@ def test_a_failed_int8_gate_leaves_the_node_with_the_outlier_input_unquantized(t
     assert plain.returncode == 1 and "int8: accuracy below the gate" in plain.stderr and "int8_exclude_nodes" in plain.stderr
 
 
-def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], closes: float = 0.2, compute: int = 200):
+def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], closes: float = 0.2, compute: int = 200, op_types=None, clock=None):
     """search() with trials that pass once every node of `needed` is kept, each node kept till then closing the share
-    `closes` of the gap to the gate; the trials tried, in order."""
+    `closes` of the gap to the gate; the trials tried, in order. `clock`: a list whose last value is the time, each
+    trial taking as long as the attempt (1 s)."""
     tried = []
 
     def trial(kept):
         tried.append(kept)
+        if clock is not None:
+            clock.append(clock[-1] + 1.0)
         passed = needed <= set(kept)
         return Trial(kept, Path(f"t{len(kept)}"), {"cosine_centered": 1.0 if passed else 0.999 - 0.499 * (1 - closes) ** len(kept)}, passed)
 
     names = frozenset(f"n{i}" for i in range(compute))
-    found = search(Trial((), Path("first"), {"cosine_centered": 0.5}, False), 1.0, lambda model: (ranked, "why"), trial, names, 0.999)
+    found = search(Trial((), Path("first"), {"cosine_centered": 0.5}, False), 1.0, lambda model: (ranked, "why"), trial, names, 0.999, op_types)
     return found, tried
 
 
@@ -159,3 +163,75 @@ def test_the_search_stops_when_more_nodes_do_not_move_the_accuracy():
     """mobilevit's FP16: 0.79305 with 1 node kept, 0.79305 with 2, 0.79301 with 4, ...: two trials that close nothing end it."""
     found, tried = _fake_search([(f"n{i}",) for i in range(40)], {"n30"}, closes=0.0)
     assert found.passed is None and [len(t) for t in tried] == [1, 2]
+
+
+def _spread_over_softmax(compute: int = 200) -> tuple[list[tuple[str, ...]], dict[str, str]]:
+    """200 compute nodes, every 25th a Softmax (8 of them); the ranking puts MatMuls and Softmaxes in turn."""
+    op_types = {f"n{i}": "Softmax" if i % 25 == 0 else "MatMul" for i in range(compute)}
+    ranked = [(f"n{i}",) for pair in zip(range(1, 200, 25), range(0, 200, 25)) for i in pair]
+    return ranked, op_types
+
+
+def test_an_error_spread_over_one_op_type_is_repaired_by_keeping_that_op_type():
+    """levit/mobilevit-like: every Softmax loses a little and no prefix of the ranking holds them all within the stall
+    rule; keeping every Softmax (8 of 200, within 5%) passes, and a half of them does not."""
+    ranked, op_types = _spread_over_softmax()
+    softmax = {name for name, op in op_types.items() if op == "Softmax"}
+    found, tried = _fake_search(ranked, softmax, closes=0.0, op_types=op_types)
+    assert found.passed is not None and set(found.kept) == softmax and found.kept_compute == 8
+    assert [len(t) for t in tried] == [1, 2, 8, 4]  # two prefixes that stall, every Softmax, its first half
+    assert "the error is spread over the Softmax nodes: 8 of them kept" in found.why
+    without, _ = _fake_search(ranked, softmax, closes=0.0)
+    assert without.passed is None
+
+
+def test_keeping_an_op_type_narrows_to_the_half_that_holds_the_error():
+    ranked, op_types = _spread_over_softmax()
+    found, tried = _fake_search(ranked, {"n0", "n25"}, closes=0.0, op_types=op_types)
+    assert found.kept == ("n0", "n25") and [len(t) for t in tried] == [1, 2, 8, 4, 2, 1]
+
+
+def test_op_type_groups_follow_the_ranking_and_fit_the_share():
+    ops = {"a": "Softmax", "b": "MatMul", "c": "Softmax", "d": "MatMul", "e": "Conv", "f": "Pow"}
+    assert op_type_groups([("b",), ("constant", "a"), ("f",)], ops, limit=2) == [("MatMul", ("b", "d")), ("Softmax", ("a", "c"))]
+    assert op_type_groups([("b",)], ops, limit=1) == []
+
+
+def test_the_search_stops_before_a_trial_would_pass_its_budget(monkeypatch):
+    """Each trial takes as long as the failed attempt: the search (ranking and trials) stays within BUDGET times it."""
+    clock = [0.0]
+    monkeypatch.setattr(repair.time, "perf_counter", lambda: clock[-1])
+    ranked, op_types = _spread_over_softmax()
+    found, tried = _fake_search(ranked, {"n199"}, op_types=op_types, clock=clock)
+    assert found.passed is None and len(tried) == int(BUDGET) and found.search_seconds <= BUDGET * found.attempt_seconds
+
+
+def _sine_model(path: Path, frequency: float) -> None:
+    """sin(frequency * x): at 1000, rounding x to FP16 (a relative 2^-11 at most) moves the phase by up to 1 rad."""
+    nodes = [helper.make_node("Constant", [], ["k"], name="k", value=numpy_helper.from_array(np.array(frequency, np.float32))),
+             helper.make_node("Mul", ["x", "k"], ["phase"], name="phase"), helper.make_node("Sin", ["phase"], ["out"], name="sin")]
+    graph = helper.make_graph(nodes, "sine", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+@pytest.mark.parametrize("frequency, limited", [(1000.0, True), (1.0, False)])
+def test_a_model_too_sensitive_for_fp16_is_said_so_instead_of_nodes_to_exclude(tmp_path, frequency, limited):
+    """levit's random weights: the FP32 model itself reads cosine_centered 0.93 with only its inputs rounded to FP16, so no
+    set of nodes kept in FP32 passes the 0.999 gate; the gate's message says so. A model that is not: nothing said."""
+    from pipeline.core.profiles import load_profile
+    from pipeline.stages.shared import fp16_rounding_limit, held_out
+    from quant.accuracy import BackgroundOutputs
+
+    _sine_model(tmp_path / "model.onnx", frequency)
+    batches = held_out(load_profile(str(write_profile(tmp_path, PROFILE))))
+    reference = BackgroundOutputs(tmp_path / "model.onnx", batches)
+    line = fp16_rounding_limit(tmp_path / "model.onnx", reference, batches, 4, 0.999, lambda message: None)
+    if limited:
+        assert line.startswith("the FP32 model itself reads cosine_centered=0.9") and "with only its inputs rounded to FP16" in line
+        assert line.endswith("so no FP16 model of it passes (random weights can make a model this sensitive, a trained one rarely is); "
+                             "build it without --fp16")
+    else:
+        assert line == ""

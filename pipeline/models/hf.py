@@ -61,6 +61,7 @@ def load_hf_model(profile: Profile) -> Any:
         try:
             check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
+            draw_zero_tokens(model, getattr(config, "initializer_range", None) or TOKEN_STD)
             settle_batch_norm(model, profile)
         except ValueError as err:
             raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
@@ -98,16 +99,44 @@ def _name_first_architecture(auto: Any, config: Any) -> None:
         config.architectures = [classes[0].__name__]
 
 
+TOKEN_STD = 0.02  # the std ViT's init draws its class token and position embeddings with (its initializer_range)
+
+
+def draw_zero_tokens(model: Any, std: float) -> list[str]:
+    """Draw the learned tokens a random-weight model's init leaves at zero, as ViT's init draws its own (normal, `std`):
+    the parameters a module holds itself (not a Linear's, Conv's or norm's weight or bias) named as tokens or embeddings,
+    of two or more dims, all zero (LeViT's zero attention biases are its design, and stay). YOLOS leaves its class token, 100 detection tokens and position embeddings at zero: 101 identical tokens
+    of zeros, which LayerNorm then scales up from the attention's last bits, so its INT8 check read cosine 0.81.
+    Returns the names of the parameters drawn."""
+    import torch
+
+    plain = (torch.nn.Linear, torch.nn.modules.conv._ConvNd, torch.nn.Embedding, torch.nn.LayerNorm, torch.nn.modules.batchnorm._NormBase,
+             torch.nn.GroupNorm)
+    drawn = []
+    with torch.no_grad():
+        for module_name, module in model.named_modules():
+            if isinstance(module, plain):
+                continue
+            for name, parameter in module.named_parameters(recurse=False):
+                if parameter.dim() >= 2 and ("token" in name or "embedding" in name) and not parameter.any():
+                    parameter.normal_(0.0, std)
+                    drawn.append(f"{module_name}.{name}".lstrip("."))
+    return drawn
+
+
 BATCH_NORM_BATCHES = 4
 
 
 def settle_batch_norm(model: Any, profile: Profile) -> int:
     """Give a random-weight model's BatchNorm layers the running statistics of its own activations
     (BATCH_NORM_BATCHES forward passes of random inputs at the profile's opt shapes, statistics
-    averaged), as training leaves them. Fresh from a config they are mean 0 / variance 1, so a net
-    whose init does not keep the scale shrinks the signal layer after layer: a MobileNetV2's outputs
-    came out near 1e-21, under FP16's smallest value, and its FP16 check read cosine 0. Returns the
-    number of BatchNorm layers settled (0: the model is left as it is)."""
+    averaged), as training leaves them, and torch's own affine init (scale 1, shift 0). Fresh from a
+    config the statistics are mean 0 / variance 1, so a net whose init does not keep the scale shrinks
+    the signal layer after layer: a MobileNetV2's outputs came out near 1e-21, under FP16's smallest
+    value, and its FP16 check read cosine 0. Some inits also draw the scale like a Linear's weight
+    (EfficientNet, MobileViT: N(0, 0.02)), which shrinks it 50x per layer however the statistics are
+    set: EfficientNet's outputs came out near 1e-10. Returns the number of BatchNorm layers settled
+    (0: the model is left as it is)."""
     import torch
 
     from pipeline.core.samples import make_inputs
@@ -116,7 +145,7 @@ def settle_batch_norm(model: Any, profile: Profile) -> int:
     if not layers:
         return 0
     for layer in layers:
-        layer.reset_running_stats()
+        layer.reset_parameters()  # the running statistics, and the scale and shift where the layer has them
         layer.momentum = None  # a cumulative average over the batches
         layer.train()
     with torch.no_grad():

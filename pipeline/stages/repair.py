@@ -5,8 +5,11 @@ The search is guided by compare's per-node error (pipeline/diagnose/compare.py) 
 nodes where the error grows most come first, an overflow's origin (NaN/Inf where FP32 is finite) before
 everything. It tries the first 1, 2, 4, ... of them (a trial: the conversion rerun with those nodes kept, and
 the accuracy check), ranking again on a trial that still overflows (keeping one node can uncover the next),
-then bisects between the last prefix that failed and the first that passed. At most `MAX_SHARE` of the graph's
-compute nodes are kept: past that, the gate fails as without repair.
+then bisects between the last prefix that failed and the first that passed. Where that stalls (the error is spread
+over many nodes), it tries every node of one op type at a time, the op types in the order of their worst node (every
+Softmax, every LayerNormalization, ...), then halves of the group that passed. At most `MAX_SHARE` of the graph's
+compute nodes are kept: past that, the gate fails as without repair; and the search stops before a trial would take
+it past `BUDGET` times the failed attempt it repairs.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import numpy as np
 
 MAX_SHARE = 0.05  # of the graph's compute nodes, the most the repair keeps in higher precision
+BUDGET = 3.0  # the search's cost, at most this many times the failed attempt (the conversion and its gate check)
 STALL = 0.1  # a trial closing less of the gap to the gate than this share (twice in a row) ends the search
 NOT_COMPUTE = frozenset({"Constant", "ConstantOfShape", "Identity", "Shape", "Size", "Cast", "QuantizeLinear", "DequantizeLinear"})
 
@@ -82,9 +86,9 @@ def pin_line(profile_key: str, kept: tuple[str, ...]) -> str:
     return f"[{section}] {key} = {json.dumps(exact_names(kept))}"
 
 
-def compute_nodes(model) -> frozenset[str]:
-    """The names of the nodes of `model` that compute (not constants, shapes, casts, Q/DQ)."""
-    return frozenset(node.name for node in model.graph.node if node.op_type not in NOT_COMPUTE)
+def compute_ops(model) -> dict[str, str]:
+    """The op type of each node of `model` that computes (not constants, shapes, casts, Q/DQ), by name, in graph order."""
+    return {node.name: node.op_type for node in model.graph.node if node.op_type not in NOT_COMPUTE}
 
 
 def ranked_nodes(reference: Path, candidate: Path, feeds: dict[str, np.ndarray], workdir: Path) -> tuple[list[tuple[str, ...]], str]:
@@ -117,25 +121,31 @@ def _kept(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[list[tuple[str, ...]], str]],
-           trial: Callable[[tuple[str, ...]], Trial], compute: frozenset[str], gate: float) -> Repair:
+           trial: Callable[[tuple[str, ...]], Trial], compute: frozenset[str], gate: float, op_types: dict[str, str] | None = None) -> Repair:
     """The fewest of the ranked groups whose trial passes (doubling, then bisection), at most MAX_SHARE of the `compute` nodes
-    (at least one); it stops early when keeping more of them stalls (`stalled`)."""
+    (at least one); the prefixes end early when keeping more of them stalls (`stalled`), then whole op types are tried
+    (`op_types`: each compute node's). No trial starts that would take the search past BUDGET times `attempt_seconds`."""
     started = time.perf_counter()
     ranked, why = rank(attempt.model)
     limit = max(1, int(MAX_SHARE * len(compute)))
+    failed, passed, tried, k, spent = 0, None, [], 1, []
 
     def fitting(groups: list[tuple[str, ...]]) -> list[int]:
         return [k for k in range(1, len(groups) + 1) if len(compute.intersection(_kept(groups[:k]))) <= limit]
 
-    fits = fitting(ranked)
-    failed, passed, tried, k = 0, None, [], 1
+    def affordable() -> bool:
+        elapsed = time.perf_counter() - started
+        return elapsed + max([attempt_seconds, *spent]) <= BUDGET * attempt_seconds  # the next trial, as long as the longest yet
 
     def run(kept: tuple[str, ...]) -> Trial:
+        trial_started = time.perf_counter()
         result = trial(kept)
+        spent.append(time.perf_counter() - trial_started)
         tried.append((len(kept), result.figures["cosine_centered"]))
         return result
 
-    while fits and k <= fits[-1]:
+    fits = fitting(ranked)
+    while fits and k <= fits[-1] and affordable():
         result = run(_kept(ranked[:k]))
         if result.passed:
             passed = result
@@ -148,16 +158,47 @@ def search(attempt: Trial, attempt_seconds: float, rank: Callable[[Path], tuple[
             break
         k = min(2 * k, fits[-1])
     passed_at = k
-    while passed is not None and passed_at - failed > 1:
+    while passed is not None and passed_at - failed > 1 and affordable():
         middle = (failed + passed_at) // 2
         result = run(_kept(ranked[:middle]))
         if result.passed:
             passed, passed_at = result, middle
         else:
             failed = middle
+    if passed is None and op_types:
+        passed, why = _by_op_type(ranked, op_types, limit, run, affordable, why)
     kept = passed.kept if passed else _kept(ranked[:fits[-1]] if fits else [])
     return Repair(kept, why, len(compute.intersection(kept)), len(compute), len(tried), time.perf_counter() - started, attempt_seconds, passed,
                   tuple(tried))
+
+
+def op_type_groups(ranked: list[tuple[str, ...]], op_types: dict[str, str], limit: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(op type, every compute node of it) for the op types of the ranked nodes, in the order of their first ranked node,
+    those of at most `limit` nodes and more than one (a single node is a ranked prefix already)."""
+    members: dict[str, list[str]] = {}
+    for name, op in op_types.items():
+        members.setdefault(op, []).append(name)
+    order = dict.fromkeys(op_types[name] for group in ranked for name in group if name in op_types)
+    return [(op, tuple(members[op])) for op in order if 1 < len(members[op]) <= limit]
+
+
+def _by_op_type(ranked: list[tuple[str, ...]], op_types: dict[str, str], limit: int, run: Callable[[tuple[str, ...]], Trial],
+                affordable: Callable[[], bool], why: str) -> tuple[Trial | None, str]:
+    """The first op type (op_type_groups) whose nodes all kept pass, then its first half while that passes and the budget
+    lasts; the trial that passed and why, or None."""
+    for op, group in op_type_groups(ranked, op_types, limit):
+        if not affordable():
+            return None, why
+        passed = run(group)
+        if not passed.passed:
+            continue
+        while len(group) > 1 and affordable():
+            half = run(group[:len(group) // 2])
+            if not half.passed:
+                break
+            passed, group = half, half.kept
+        return passed, f"{why}; the error is spread over the {op} nodes: {len(group)} of them kept"
+    return None, why
 
 
 def stalled(cosines: list[float], gate: float) -> bool:
@@ -209,7 +250,8 @@ def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum
         return Trial(kept, path, figures, passed, result if passed else None)  # a failed trial's session and its arena go now
 
     with tempfile.TemporaryDirectory(dir=job.out, prefix=".repair-") as folder:
-        found = search(first, attempt_seconds, ranking(source, batches, Path(folder)), trial, compute_nodes(load_onnx(source)), minimum)
+        ops = compute_ops(load_onnx(source))
+        found = search(first, attempt_seconds, ranking(source, batches, Path(folder)), trial, frozenset(ops), minimum, ops)
         if found.passed is not None:
             if external_data_file(found.passed.model).is_file():
                 os.replace(external_data_file(found.passed.model), external_data_file(first.model))
@@ -238,7 +280,7 @@ def failed_note(found: Repair | None, kept_as: str) -> str:
         return ""
     if not found.kept:
         return " (repair: no node adds error in the per-node comparison, so none to keep)"
-    return (f" (repair: keeping {kept_as} the nodes where the error grows most does not pass: cosine_centered "
+    return (f" (repair: keeping {kept_as} the nodes where the error grows most, or every node of one op type, does not pass: cosine_centered "
             f"{', '.join(f'{cosine:.5f} with {kept}' for kept, cosine in found.tried)}; at most {found.kept_compute} nodes, "
             f"{MAX_SHARE:.0%} of the {found.compute_nodes} compute nodes; {found.trials} trials in {found.search_seconds:.0f} s, "
-            f"the attempt took {found.attempt_seconds:.0f} s)")
+            f"the attempt took {found.attempt_seconds:.0f} s, the search may take {BUDGET:g}x that)")

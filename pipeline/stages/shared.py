@@ -102,6 +102,25 @@ def fp16_gate_hint(source: Path, profile: Profile) -> str:
             f"{profile_arg}` lists them")
 
 
+def fp16_rounding_limit(source: Path, reference: BackgroundOutputs, batches: list[dict], samples: int, minimum: float,
+                        status: Status) -> str:
+    """When the FP16 gate fails even after the repair: the FP32 model's own figure on the held-out samples with only its
+    float inputs rounded to FP16. Below the gate, no FP16 model of it can pass (every node rounds as much as its inputs
+    were): what the gate's message says instead of the nodes to exclude (the sweep's random-weight LeViT: 0.93). "" otherwise."""
+    import numpy as np
+
+    from pipeline.core.verify import OnnxSession
+
+    rounded = [{name: array.astype(np.float16).astype(array.dtype) if array.dtype.kind == "f" else array for name, array in feeds.items()}
+               for feeds in batches]
+    figures = accuracy(OnnxSession(source), reference, rounded, samples, "FP32 (inputs rounded to FP16)", status)
+    if passes(figures, minimum):
+        return ""
+    return (f"the FP32 model itself reads cosine_centered={figures['cosine_centered']:.5f} with only its inputs rounded to FP16: its outputs "
+            "are more sensitive to FP16's rounding than the gate allows, so no FP16 model of it passes (random weights can make a "
+            "model this sensitive, a trained one rarely is); build it without --fp16")
+
+
 def passes(metrics: dict[str, Any], minimum: float) -> bool:
     """The accuracy figures meet the gate (NaN never does)."""
     return metrics["cosine_centered"] >= minimum
