@@ -64,9 +64,28 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         # one session for the file, the verification's and the generation check's; the graph as written: onnxruntime's
         # basic level folds a Pad(0) into the MaxPool after it, whose padding is -inf (BiT's stem: 3e-3 off torch)
         session = OnnxSession(tmp, as_written=True)
-        result = _verify(profile, module, tmp, exporter, session)
+        try:
+            result = _verify(profile, module, tmp, exporter, session)
+        except StageFailed as failed:
+            raise _draws_random(tmp, type(module).__name__) or failed from None
         generation = _generation(given, profile, module, tmp, session, generation_reference, status)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+RANDOM_OPS = ("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Multinomial", "Bernoulli")
+
+
+def _draws_random(path: Path, model_class: str) -> InputError | None:
+    """Why a file cannot match torch when its graph draws random numbers (ViTMAE's forward draws its patch mask):
+    each run differs, whatever the exporter; None for a graph without such a node."""
+    from pipeline.core.onnxfile import load_onnx
+
+    node = next((n for n in load_onnx(path).graph.node if n.op_type in RANDOM_OPS), None)
+    if node is None:
+        return None
+    return InputError(f"export: {model_class}'s forward draws random numbers ({node.op_type} node {node.name!r}), so its outputs "
+                      "differ on every run and no export of it can be checked against torch or calibrated; make the forward "
+                      "deterministic for deployment (pass the randomness as an input where the model takes one, e.g. ViTMAE's noise)")
 
 
 def export_unchecked(profile: Profile, output: Path, exporter: str) -> None:

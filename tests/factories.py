@@ -269,3 +269,14 @@ class _StepsOverItsLength(nn.Module):
 def steps_over_its_length():
     """A model whose code takes its input's dim 1 as a Python number (mamba's sequential scan, funnel's position list)."""
     return _StepsOverItsLength()
+
+
+class _RandomMask(nn.Module):
+    """Masks a random half of its input on every call, as ViTMAE's forward draws its patch mask."""
+
+    def forward(self, x):
+        return x * (torch.rand_like(x) > 0.5)
+
+
+def random_mask():
+    return nn.Sequential(nn.Linear(8, 8), _RandomMask())

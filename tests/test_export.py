@@ -196,3 +196,16 @@ def test_init_writes_the_profile_untried_when_its_budget_runs_out_during_the_exp
     text = tomlkit.dumps(document)
     assert "# not tried: exporting StepsOverItsLength with the dynamo exporter did not finish within init's time budget" in text
     assert [document["dims"]["seq"][key] for key in ("min", "max")] == [2, 16]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_forward_that_draws_random_numbers_is_refused_in_one_line(tmp_path, exporter):
+    """Its outputs differ on every run: the check's failure is explained, exit 2, and nothing is left in --out."""
+    from conftest import run_cli
+
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:random_mask") + f'[export]\nexporter = "{exporter}"\n'
+    result = run_cli("build", "--profile", str(write_profile(tmp_path, text)), "--until", "export", "--out", str(tmp_path / "out"))
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "Sequential's forward draws random numbers (RandomUniformLike node" in errors[0] and "Traceback" not in result.stderr
+    assert not (tmp_path / "out" / "model.onnx").exists()
