@@ -354,3 +354,16 @@ def test_a_random_weight_model_gets_the_learned_tokens_its_init_leaves_at_zero(t
         hidden = model(pixel_values=torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))).last_hidden_state
     detections = hidden[0, -4:]
     assert float((detections - detections.mean(0)).abs().max()) > 0.1  # the detection tokens differ from one another
+
+
+def test_a_mixture_of_experts_decoder_exports_with_its_experts_batched(tmp_path):
+    """transformers runs MoE experts through grouped_mm, a custom op torch's exporters cannot translate: the model is
+    exported with batched_mm, the same outputs, and its generation check passes."""
+    from pipeline.models.hf import load_hf_model
+    from pipeline.models.starter import starter_profile
+
+    (tmp_path / "moe.toml").write_text(starter_profile("mixtral", "causal-lm", "moe", tmp_path))
+    profile = load_profile(str(tmp_path / "moe.toml"))
+    assert set(load_hf_model(profile).get_experts_implementation().values()) == {"batched_mm"}
+    result = run_cli("build", "--profile", str(tmp_path / "moe.toml"), "--until", "export", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0 and "greedy tokens 100% as torch's" in result.stdout, result.stderr

@@ -84,7 +84,18 @@ def load_hf_model(profile: Profile) -> Any:
         if fresh:  # transformers would initialize them at random: never deploy that silently
             raise ProfileError(f"{where}.task: {len(fresh)} weights of the {task} model are not in {section.hf!r} (e.g. {fresh[0]}) and would be random; "
                                "choose the task the checkpoint was saved for (base loads any checkpoint's encoder)")
-    return model.eval()
+    return _exportable_experts(model).eval()
+
+
+def _exportable_experts(model: Any) -> Any:
+    """A mixture-of-experts model with its experts run as one batched matmul over every expert (transformers'
+    `batched_mm`) instead of `grouped_mm`, a custom op (transformers::grouped_mm_fallback) with no ONNX translation
+    in torch's exporters: the same outputs, each token through every expert's weights, then weighted by its router
+    (the unrouted experts' FLOPs are computed and dropped, the price of a static graph; docs/decoders.md)."""
+    implementations = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else {}
+    if "grouped_mm" in (implementations.values() if isinstance(implementations, dict) else (implementations,)):
+        model.set_experts_implementation("batched_mm")
+    return model
 
 
 def _name_first_architecture(auto: Any, config: Any) -> None:
