@@ -332,7 +332,7 @@ CASES = {
     "a forward raising an error of its own": Case(("build", "--profile", "lookup.toml", "--until", "export", "--out", "o"),
                                                   "lookup.toml: inputs: badfactories.Lookup does not run on the profile's inputs x [2, 8] (KeyError: 'b')"),
     "a forward that fails at a check size only": Case(("build", "--profile", "fixedbatch.toml", "--until", "export", "--out", "o"),
-                                                      "badfactories.FixedBatch does not run on the profile's inputs x [1, 8] (RuntimeError: "),
+                                                      "export: FixedBatch's code fixed dim 'batch' at 2 although [dims.batch] is 1..4"),
     "random-weight CNN on inputs it does not take": Case(("build", "--profile", "resnet4ch.toml", "--until", "export", "--out", "o"),
                                                           "the random-weight ResNetModel does not run on the profile's inputs pixel_values [2, 4, 32, 32]"),
     "quantize --fp8 with a decoder preset on a CNN": Case(("quantize", "conv.onnx", "--fp8", "--preset", "decoder", "--profile", "conv.toml", "-o", "out.onnx"),

@@ -119,7 +119,7 @@ def test_a_dynamo_decomposition_failure_names_its_cause_and_the_exporter_that_wo
     from torch.onnx._internal.exporter._errors import ConversionError
 
     from pipeline.core.profiles import load_profile
-    from pipeline.export import _unsupported_operator
+    from pipeline.export_failures import exporter_failure
 
     cause = ValueError("Cannot view a tensor with shape torch.Size([4*s21, 16, 2, 16]) and strides (512, 16, 256, 1) as a tensor with shape (4*s21, 16, 32)!\n\n"
                        "While executing %view_27 : [num_users=1] = call_function[target=torch.ops.aten.view.default](args = (%transpose_11, [%mul_168, 16, -1]), kwargs = {})")
@@ -130,7 +130,7 @@ def test_a_dynamo_decomposition_failure_names_its_cause_and_the_exporter_that_wo
             raise ConversionError("Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step 2/3\x1b[0m of exporting the model to ONNX.\n\n"
                                   f"## Exception summary\n\n<class 'ValueError'>: {cause}\n") from err
     except ConversionError as err:
-        line = str(_unsupported_operator(err, None, (), "dynamo", load_profile("bert-tiny")))
+        line = str(exporter_failure(err, None, (), "dynamo", load_profile("bert-tiny")))
     assert line.startswith("export: the dynamo exporter could not decompose the model at its dynamic dims: Cannot view a tensor with shape torch.Size([4*s21, 16, 2, 16])")
     assert 'set `[export] exporter = "torchscript"` in the profile' in line and "no ONNX translation" not in line
 
