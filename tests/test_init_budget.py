@@ -3,15 +3,16 @@ $PIPELINE_INIT_SECONDS; pipeline/core/budget.py) whose refusal names the step th
 the profile's max dims is made at batch 1 first and refused when batch max would not fit in memory
 (pipeline/models/trial.py). The mechanism is tested with budgets a step cannot meet, never by timing."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
-import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import REPO, TESTS, run_cli
 
 from pipeline.core.budget import OutOfTime, TimeBudget, step
-from pipeline.core.errors import InputError
 from pipeline.core.profiles import Profile
 from pipeline.core.rss import reset_peak
 from pipeline.models.trial import run_at_max
@@ -64,22 +65,37 @@ def test_the_run_at_max_dims_is_bounded_and_named():
     assert out.value.step == "running HangingModel at batch 1"
 
 
-def test_a_batch_max_that_would_not_fit_in_memory_is_refused_before_it_runs(monkeypatch):
+MEMORY_CHECK = """
+import numpy as np, pytest
+import pipeline.core.memory
+from pipeline.core.errors import InputError
+from pipeline.models.trial import run_at_max
+from test_init_budget import image_profile
+
+batches = []
+
+def allocating(pixels):  # 256 MiB touched per image: the batch-1 run's growth
+    batches.append(len(pixels))
+    np.ones((len(pixels), 64, 2**20), np.float32).sum()
+
+pipeline.core.memory.available_bytes = lambda: 2 * 2**30
+with pytest.raises(InputError, match=r"^running AllocatingModel at batch 16 would need about \\d+\\.\\d GiB \\(\\d+ MiB at batch 1, x16\\); "
+                                     r"this machine has 2\\.0 GiB available"):
+    run_at_max("AllocatingModel", allocating, image_profile())
+assert batches == [1]  # batch 16 never ran
+run_at_max("AllocatingModel", allocating, image_profile(batch_max=2))
+assert batches == [1, 1, 2]
+"""
+
+
+def test_a_batch_max_that_would_not_fit_in_memory_is_refused_before_it_runs():
+    """In a fresh interpreter: the projection reads this process's peak memory, which a test worker's other threads
+    (a finished test's background run freeing its buffers) can lower while the batch-1 run is measured."""
     if not reset_peak():
         pytest.skip("the process's peak memory cannot be reset here (Linux /proc/self/clear_refs)")
-    batches = []
-
-    def allocating(pixels) -> None:  # 256 MiB touched per image: the batch-1 run's growth
-        batches.append(len(pixels))
-        np.ones((len(pixels), 64, 2**20), np.float32).sum()
-
-    monkeypatch.setattr("pipeline.core.memory.available_bytes", lambda: 2 * 2**30)
-    with pytest.raises(InputError, match=r"^running AllocatingModel at batch 16 would need about \d+\.\d GiB \(\d+ MiB at batch 1, x16\); "
-                                         r"this machine has 2\.0 GiB available"):
-        run_at_max("AllocatingModel", allocating, image_profile())
-    assert batches == [1]  # batch 16 never ran
-    run_at_max("AllocatingModel", allocating, image_profile(batch_max=2))
-    assert batches == [1, 1, 2]
+    run = subprocess.run([sys.executable, "-c", MEMORY_CHECK], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)])})
+    assert run.returncode == 0, run.stderr
 
 
 def test_init_out_of_time_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch):
