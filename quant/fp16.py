@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed
+from pipeline.core.errors import CapabilityMissing, InputError, StageFailed
 from pipeline.core.onnxfile import atomic_onnx, save_onnx
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def convert_fp16(
     """Convert `source` to mixed FP16 and write `target` only if it runs on every feed set. `reference_feeds`:
     the inputs AutoCast's FP32 reference run uses instead of its random ones (a decoder's attention
     mask must be past_seq + seq long, which random shapes never are)."""
-    return _convert(source, target, "fp16", op_types_to_exclude, nodes_to_exclude, feed_sets, reference_feeds, check=True)
+    return _convert(source, target, "fp16", op_types_to_exclude, nodes_to_exclude, feed_sets, reference_feeds, check_on="CPUExecutionProvider")
 
 
 def convert_bf16(
@@ -56,24 +56,29 @@ def convert_bf16(
     """Convert `source` to mixed BF16 (AutoCast `low_precision_type="bf16"`) and write `target`.
 
     onnxruntime's CPU provider has no BF16 kernels for Conv, MatMul, Expand and most compute ops
-    (1.24: "Could not find an implementation for Conv(22)"), so without a CUDA device the file is
-    written unchecked and `unchecked` says why; with one it is checked like FP16."""
-    from pipeline.core.devices import cuda_device_present
+    (1.24: "Could not find an implementation for Conv(22)"), so it is checked like FP16 on onnxruntime's
+    CUDA provider, and where there is none (no GPU, or an onnxruntime without CUDA) the file is written
+    unchecked and `unchecked` says why."""
+    from pipeline.core.devices import onnxruntime_cuda_missing
 
-    return _convert(source, target, "bf16", op_types_to_exclude, nodes_to_exclude, feed_sets, None, check=cuda_device_present())
+    missing = onnxruntime_cuda_missing()
+    return _convert(source, target, "bf16", op_types_to_exclude, nodes_to_exclude, feed_sets, None,
+                    check_on=None if missing else "CUDAExecutionProvider", unchecked=f"onnxruntime's CPU provider has no BF16 kernels for Conv/MatMul, and {missing}")
 
 
 def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str],
-             feed_sets: list[dict[str, np.ndarray]], reference_feeds: dict[str, np.ndarray] | None, check: bool) -> AutocastResult:
-    """AutoCast's mixed-precision model of `source` written to `target`, run on every feed set first when `check`."""
+             feed_sets: list[dict[str, np.ndarray]], reference_feeds: dict[str, np.ndarray] | None, check_on: str | None,
+             unchecked: str = "") -> AutocastResult:
+    """AutoCast's mixed-precision model of `source` written to `target`, run on every feed set first on onnxruntime's
+    `check_on` provider; None: written unchecked for the reason `unchecked` gives."""
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
-    from pipeline.core.devices import cuda_device_present
+    from pipeline.core.devices import onnxruntime_cuda_missing
     from quant import silence_lief_leak_report
 
     silence_lief_leak_report()
-    providers = ["cuda", "cpu"] if cuda_device_present() else ["cpu"]
+    providers = ["cpu"] if onnxruntime_cuda_missing() else ["cuda", "cpu"]  # AutoCast's FP32 reference run
     logging.getLogger("modelopt").setLevel(logging.WARNING)
     try:
         with contextlib.redirect_stdout(io.StringIO()), _npz(reference_feeds) as calibration_data, _autocast_input(source, target) as tensor_constants:
@@ -85,14 +90,16 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
     except (ValueError, KeyError) as err:
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
-    session, checked, unchecked = None, [], None
+    session, checked, why_unchecked = None, [], None
     with atomic_onnx(target) as tmp:
         save_onnx(model, tmp)
-        if check:
-            session, checked = check_runs(tmp, feed_sets, low_precision_type)
-        else:
-            unchecked = "not run: onnxruntime's CPU provider has no BF16 kernels for Conv/MatMul (a CUDA device is needed to check it)"
-    return AutocastResult(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, unchecked)
+        try:
+            if check_on is None:
+                raise CapabilityMissing(unchecked)
+            session, checked = check_runs(tmp, feed_sets, low_precision_type, check_on)
+        except CapabilityMissing as err:  # no provider here runs this precision: the file is written, unchecked
+            why_unchecked = f"not run: {err}"
+    return AutocastResult(providers, len(model.graph.node), _fp32_compute_nodes(model), repaired, checked, session, why_unchecked)
 
 
 @contextlib.contextmanager
@@ -174,7 +181,8 @@ def repair_placeholder_dims(model, source) -> int:
     return repaired
 
 
-def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -> tuple[OnnxSession, list[dict[str, list[int]]]]:
+def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str,
+               provider: str = "CPUExecutionProvider") -> tuple[OnnxSession, list[dict[str, list[int]]]]:
     """Run the model at each feed set (one session; a batch whose estimated peak would not fit in memory in
     runs of fewer rows, pipeline/core/memory.py); a failure is one line naming the shapes and the node.
     Returns the session (it holds the model in onnxruntime: loading it again costs a second) and the shapes run."""
@@ -182,7 +190,7 @@ def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str) -
     from pipeline.core.verify import OnnxSession
 
     try:
-        session = OnnxSession(path)
+        session = OnnxSession(path, provider=provider)
     except InputError as err:  # the file is ours (AutoCast's output), not the user's input: a failed stage
         reason = str(err).removeprefix(f"{path}: onnxruntime cannot load it: ").replace(str(path), "the converted model").rstrip(".")
         raise StageFailed(f"{stage}: ModelOpt AutoCast wrote a model onnxruntime cannot load ({reason}); keep the node named there "

@@ -62,6 +62,33 @@ def test_bf16_stage_is_written_unchecked_on_a_cpu_and_says_why(vit):
     assert "no BF16 kernels" in bf16["accuracy"]["not_compared"]
 
 
+def test_bf16_on_a_gpu_whose_onnxruntime_cannot_run_it_is_written_unchecked_not_failed(vit, tmp_path, monkeypatch):
+    """With a GPU, BF16 is checked on onnxruntime's CUDA provider. Where that provider cannot run it (here
+    onnxruntime-gpu lists CUDA but, with no CUDA libraries, falls back to the CPU), the file is written unchecked
+    and says why. Before, the check ran on the CPU provider on every GPU machine, and the stage failed there."""
+    from pipeline.core import devices
+    from quant.fp16 import convert_bf16
+
+    monkeypatch.setattr(devices, "cuda_device_present", lambda: True)
+    result = convert_bf16(vit[0] / "model.opt.onnx", tmp_path / "model.bf16.onnx", [], [], [])
+    assert result.session is None and "onnxruntime's CUDAExecutionProvider cannot run it here" in result.unchecked
+    assert any(i.data_type == TensorProto.BFLOAT16 for i in onnx.load(str(tmp_path / "model.bf16.onnx")).graph.initializer)
+
+
+def test_a_gpu_without_onnxruntimes_cuda_provider_is_named(monkeypatch):
+    import onnxruntime
+
+    from pipeline.core import devices
+
+    monkeypatch.setattr(devices, "cuda_device_present", lambda: False)
+    assert devices.onnxruntime_cuda_missing() == "no CUDA GPU here"
+    monkeypatch.setattr(devices, "cuda_device_present", lambda: True)
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    assert "has no CUDA provider (install onnxruntime-gpu)" in devices.onnxruntime_cuda_missing()
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert devices.onnxruntime_cuda_missing() is None
+
+
 def test_the_build_stage_records_the_fp8_requirement_and_never_fails(vit):
     out, runs = vit
     build = _records(out)["build"]

@@ -1,4 +1,5 @@
-"""Numerical checks on onnxruntime's CPU provider (onnxruntime is imported lazily).
+"""Numerical checks on onnxruntime's CPU provider (onnxruntime is imported lazily; BF16 models, which have no
+CPU kernels, are checked on its CUDA provider where there is one).
 
 One session per model: creating one costs as much as several runs of a small model, so a
 model is loaded once and every feed goes through that session.
@@ -20,17 +21,19 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed, first_line
+from pipeline.core.errors import CapabilityMissing, InputError, StageFailed, first_line
 
 
 class OnnxSession:
-    """One onnxruntime CPU session for an ONNX file; `run` feeds only the inputs the model declares.
+    """One onnxruntime session for an ONNX file, on `provider` (the CPU's unless given); `run` feeds only the inputs
+    the model declares.
     `as_written` turns onnxruntime's graph optimizations off (module docstring); `threads` caps its
     compute threads (0: onnxruntime's default, one per core), and a capped session does not spin
     waiting for work, so it leaves the other cores to whatever runs beside it. Errors name `shown_as`
     where the file is a working copy of it (one with every tensor exposed)."""
 
-    def __init__(self, path: Path, as_written: bool = False, threads: int = 0, shown_as: Path | None = None):
+    def __init__(self, path: Path, as_written: bool = False, threads: int = 0, shown_as: Path | None = None,
+                 provider: str = "CPUExecutionProvider"):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -40,11 +43,16 @@ class OnnxSession:
         if threads:
             options.intra_op_num_threads = threads
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.path = Path(shown_as or path)
+        self.path, self.provider = Path(shown_as or path), provider
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(path), options, providers=[provider])
         except Exception as err:  # onnxruntime raises its own untyped errors
-            raise InputError(f"{self.path}: onnxruntime cannot load it: {first_line(err).replace(str(path), str(self.path))}") from err
+            message = first_line(err).replace(str(path), str(self.path))
+            if provider != "CPUExecutionProvider" and "NOT_IMPLEMENTED" in message:  # it fell back to the CPU, or has no such kernel
+                raise CapabilityMissing(f"onnxruntime's {provider} cannot run it here ({message})") from err
+            raise InputError(f"{self.path}: onnxruntime cannot load it: {message}") from err
+        if self.session.get_providers()[0] != provider:  # onnxruntime falls back to the CPU where a GPU provider cannot start
+            raise CapabilityMissing(f"onnxruntime could not start its {provider} (are CUDA's libraries installed?)")
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
 

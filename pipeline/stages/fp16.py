@@ -55,12 +55,13 @@ def run_fp16(job: Job) -> StageResult:
 
 
 def shape_checked(result, model: Path, checks: list[dict], stage: str = "fp16"):
-    """`result` (a repair's trial, converted unchecked) once its model has run at the shape checks."""
+    """`result` (a repair's trial, converted unchecked) once its model has run at the shape checks, on the provider its
+    session ran on (BF16's on CUDA)."""
     import dataclasses
 
     from quant.fp16 import check_runs
 
-    session, checked = check_runs(model, checks, stage)
+    session, checked = check_runs(model, checks, stage, result.session.provider)
     return dataclasses.replace(result, session=session, checked_shapes=checked)
 
 
