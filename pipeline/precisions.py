@@ -57,7 +57,7 @@ PRECISIONS: tuple[Precision, ...] = (
               repairable=True),
     # FP8 E4M3 keeps 3 mantissa bits, per-tensor scales like INT8: INT8's gate
     Precision("fp8", "FP8", "ModelOpt FP8 Q/DQ calibrated, opset >= 21", "pipeline.stages.fp8",
-              calibrated=True, placed=True, quantized=True, min_cosine=0.99, min_compute_capability=(8, 9)),
+              calibrated=True, placed=True, quantized=True, min_cosine=0.99, min_compute_capability=(8, 9), repairable=True),
     # weight-only 4-bit with 128-wide blocks loses more than INT8/FP8
     Precision("int4", "INT4", "ModelOpt weight-only INT4 for MatMul/Gemm weights (AWQ)", "pipeline.stages.int4",
               calibrated=True, quantized=True, min_cosine=0.98),

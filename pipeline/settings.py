@@ -133,6 +133,7 @@ def settings_registry() -> dict[str, Setting]:
         _field("quant", "fp16_exclude_op_types"),
         _field("quant", "fp16_exclude_nodes"),
         _field("quant", "int8_exclude_nodes"),
+        _field("quant", "fp8_exclude_nodes"),
         *(_field("build", name, "verbosity" if name == "verbosity" else None)
           for name in ("verbosity", "workspace_mib", "optimization_level", "log_severity", "builder", "profile_warmup",
                        "profile_iterations", "bench_warmup", "bench_iterations")),

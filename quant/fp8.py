@@ -36,9 +36,11 @@ def quantize_fp8(
     *,
     min_cosine: float,
     on_step: Callable[[int, int], None] = lambda done, total: None,
+    nodes_to_exclude: list[str] = (),
 ) -> PtqResult:
     """Quantize `source` to FP8 Q/DQ and write `target` only if it runs; `reference` is the FP32 outputs
-    on `held_out` (array or BackgroundOutputs), or None to compute them from `source`."""
+    on `held_out` (array or BackgroundOutputs), or None to compute them from `source`. `nodes_to_exclude`:
+    regular expressions of nodes left unquantized, beside those the preset leaves."""
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.samples import batch_axes, split
     from quant.calibration import calibration_reader
@@ -57,7 +59,7 @@ def quantize_fp8(
     model = run_modelopt(
         source, target, "fp8", quantize_mode="fp8", calibration_data_reader=calibration_reader(split(calibration, batch, batch_axes(source)), on_step),
         calibration_method="max", high_precision_dtype=high_precision_dtype, op_types_to_quantize=plan.op_types_to_quantize,
-        disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[re.escape(name) + "$" for name in plan.nodes_to_exclude] or None, opset=target_opset,
+        disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *nodes_to_exclude] or None, opset=target_opset,
     )
     removed = apply_preset(preset, model)
     figures = write_checked(model, target, source, reference, held_out)

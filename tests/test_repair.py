@@ -93,8 +93,8 @@ def test_no_repair_fails_the_gate_with_its_hint(overflow):
 def test_no_repair_without_a_repairable_precision_is_bad_input(overflow):
     result = run_cli("build", "--profile", "p.toml", "--no-repair", "--out", "none", cwd=overflow)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == ("error: --no-repair turns off the repair of the FP16/INT8/BF16 accuracy gates, which this build "
-                                     "does not run; add --fp16, --int8 or --bf16, or drop --no-repair")
+    assert result.stderr.strip() == ("error: --no-repair turns off the repair of the FP16/INT8/FP8/BF16 accuracy gates, which this build "
+                                     "does not run; add --fp16, --int8, --fp8 or --bf16, or drop --no-repair")
 
 
 def outlier_model(path: Path) -> None:
@@ -124,6 +124,62 @@ def test_a_failed_int8_gate_leaves_the_node_with_the_outlier_input_unquantized(t
     assert '[quant] int8_exclude_nodes = ["second$"]' in line
     plain = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "plain", "--no-repair", cwd=tmp_path)
     assert plain.returncode == 1 and "int8: accuracy below the gate" in plain.stderr and "int8_exclude_nodes" in plain.stderr
+
+
+def offset_model(path: Path) -> None:
+    """(x @ w1 + 100) @ w2 @ w3 (a ReLU before the last), each column of w2 summing to zero: the second MatMul reads values
+    of 100 +- a few, whose variation is all it passes on. FP8 E4M3 keeps 3 mantissa bits, steps of 8 at 100: the variation is
+    lost when that input is quantized; in FP16 (the FP8 model's float parts, steps of 1/16 there) it is kept."""
+    rng = np.random.default_rng(0)
+    w1, w2, w3 = (rng.normal(size=(32, 32)).astype(np.float32) for _ in range(3))
+    w2 -= w2.mean(axis=0)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["a"], name="first"), helper.make_node("Add", ["a", "offset"], ["shifted"], name="offset"),
+             helper.make_node("MatMul", ["shifted", "w2"], ["b"], name="second"), helper.make_node("Relu", ["b"], ["c"], name="relu"),
+             helper.make_node("MatMul", ["c", "w3"], ["out"], name="third")]
+    initializers = [numpy_helper.from_array(w, name) for w, name in ((w1, "w1"), (w2, "w2"), (w3, "w3"))]
+    graph = helper.make_graph(nodes, "offset", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 32])],
+                              [*initializers, numpy_helper.from_array(np.full(32, 100.0, np.float32), "offset")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def test_a_failed_fp8_gate_leaves_the_node_reading_the_offset_unquantized(tmp_path):
+    offset_model(tmp_path / "model.onnx")
+    write_profile(tmp_path, PROFILE.replace("8]", "32]") + "samples = 8\n")
+    result = run_cli("build", "--profile", "p.toml", "--fp8", "--until", "fp8", "--out", "out", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if line.startswith("fp8"))
+    assert "1 node kept unquantized: second (largest error growth at second (MatMul)" in line
+    assert '[quant] fp8_exclude_nodes = ["second$"]' in line
+    plain = run_cli("build", "--profile", "p.toml", "--fp8", "--until", "fp8", "--out", "plain", "--no-repair", cwd=tmp_path)
+    assert plain.returncode == 1 and "fp8: accuracy below the gate" in plain.stderr and "fp8_exclude_nodes" in plain.stderr
+
+
+def _typed_model(nodes, initializers, value_info=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "typed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 4])], initializers, value_info=value_info)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def test_only_nodes_a_trial_can_change_are_ranked(tmp_path):
+    """In a Q/DQ model a trial can leave unquantized only the nodes that read a DequantizeLinear; in an AutoCast model
+    it can keep in FP32 only the nodes that read or write FP16. Keeping any other node changed nothing, and two such
+    trials ended the sweep's MobileViT and Falcon-Mamba repairs."""
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")
+    scale = numpy_helper.from_array(np.array(0.1, np.float32), "scale")
+    qdq = [helper.make_node("QuantizeLinear", ["x", "scale"], ["xq"], name="q"), helper.make_node("DequantizeLinear", ["xq", "scale"], ["xd"], name="dq"),
+           helper.make_node("MatMul", ["xd", "w"], ["h"], name="quantized"), helper.make_node("MatMul", ["h", "w"], ["out"], name="float")]
+    onnx.save(_typed_model(qdq, [w, scale]), str(tmp_path / "qdq.onnx"))
+    assert repair.lowered_nodes(tmp_path / "qdq.onnx") == {"quantized"}
+    w16 = numpy_helper.from_array(np.eye(4, dtype=np.float16), "w16")
+    autocast = [helper.make_node("Cast", ["x"], ["x16"], name="to_fp16", to=TensorProto.FLOAT16),
+                helper.make_node("MatMul", ["x16", "w16"], ["h16"], name="in_fp16"),
+                helper.make_node("Cast", ["h16"], ["h"], name="to_fp32", to=TensorProto.FLOAT),
+                helper.make_node("MatMul", ["h", "w"], ["out"], name="kept_fp32")]
+    onnx.save(_typed_model(autocast, [w, w16]), str(tmp_path / "autocast.onnx"))
+    assert repair.lowered_nodes(tmp_path / "autocast.onnx") == {"to_fp16", "in_fp16", "to_fp32"}
 
 
 def _fake_search(ranked: list[tuple[str, ...]], needed: set[str], closes: float = 0.2, compute: int = 200, op_types=None, clock=None):

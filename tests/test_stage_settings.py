@@ -75,6 +75,7 @@ CHANGES = {
     "quant.fp16_exclude_op_types": (lambda p, d: changed(p, quant={"fp16_exclude_op_types": ["Gelu"]}), NONE),
     "quant.fp16_exclude_nodes": (lambda p, d: changed(p, quant={"fp16_exclude_nodes": ["no_such_node"]}), NONE),
     "quant.int8_exclude_nodes": (lambda p, d: changed(p, quant={"int8_exclude_nodes": ["no_such_node"]}), NONE),
+    "quant.fp8_exclude_nodes": (lambda p, d: changed(p, quant={"fp8_exclude_nodes": ["no_such_node"]}), NONE),
     "build.verbosity": (lambda p, d: p, lambda d: {"verbosity": "layer_names_only"}),
     "build.workspace_mib": (lambda p, d: changed(p, build={"workspace_mib": 2048}), NONE),
     "build.optimization_level": (lambda p, d: changed(p, build={"optimization_level": 4}), NONE),

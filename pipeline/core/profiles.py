@@ -195,6 +195,7 @@ class QuantSection(_Section):
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
     int8_exclude_nodes: list[str] = Field(default_factory=list, description="nodes the int8 stage leaves unquantized: regular expressions")
+    fp8_exclude_nodes: list[str] = Field(default_factory=list, description="nodes the fp8 stage leaves unquantized: regular expressions")
 
     @model_validator(mode="before")
     @classmethod

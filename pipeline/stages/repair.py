@@ -102,18 +102,44 @@ def ranked_nodes(reference: Path, candidate: Path, feeds: dict[str, np.ndarray],
     comparison = compare_models(reference, candidate, [feeds], workdir)
     rows = [r for r in comparison.nodes if r.growth > 0 and not math.isnan(r.growth)]
     graph = GraphIndex.of(load_onnx(reference))
+    lowered = lowered_nodes(candidate)
     ranked: list[tuple[str, ...]] = []
+    tops = []
     for row in rows:
         readers = [graph.nodes[i].name for i in graph.readers.get(row.tensor, ())] if row.op_type == "Constant" or row.qdq else []
         group = tuple(name for name in dict.fromkeys([*readers, *([] if row.qdq else [row.node])]) if name)
-        if group and group not in ranked:
+        if group and group not in ranked and (lowered is None or not lowered.isdisjoint(group)):
             ranked.append(group)
-    if not rows:
-        return [], "no node adds error"
-    top = rows[0]
+            tops.append(row)
+    if not tops:
+        return [], "no node that can be kept in higher precision adds error"
+    top = tops[0]
     why = (f"NaN/Inf first at {top.node} ({top.op_type})" if math.isinf(top.error)
            else f"largest error growth at {top.node} ({top.op_type}): {top.input_error:.3g} -> {top.error:.3g}")
     return ranked, why
+
+
+def lowered_nodes(candidate: Path) -> set[str] | None:
+    """The nodes of a converted model that keeping in higher precision changes: in a Q/DQ model those reading a
+    DequantizeLinear's output (its quantized nodes: its float parts stay as they are, FP16 too), else those reading
+    or writing FP16/BF16 (an AutoCast model's); None where ONNX's shape inference cannot type the model. Keeping any
+    other node is a trial that changes nothing (the error grows there from what came before: the sweep's MobileViT,
+    MobileNetV2 and Falcon-Mamba repairs ended after two such)."""
+    import onnx
+
+    model = onnx.load(str(candidate), load_external_data=False)
+    dequantized = {output for node in model.graph.node if node.op_type == "DequantizeLinear" for output in node.output}
+    if dequantized:
+        return {node.name for node in model.graph.node if not dequantized.isdisjoint(node.input)}
+    try:
+        typed = onnx.shape_inference.infer_shapes(model)
+    except onnx.shape_inference.InferenceError:
+        return None
+    graph = typed.graph
+    dtypes = {v.name: v.type.tensor_type.elem_type for v in (*graph.value_info, *graph.input, *graph.output)}
+    dtypes.update({t.name: t.data_type for t in graph.initializer})
+    low = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+    return {node.name for node in graph.node if any(dtypes.get(t) in low for t in (*node.input, *node.output))}
 
 
 def _kept(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
@@ -279,7 +305,7 @@ def failed_note(found: Repair | None, kept_as: str) -> str:
     if found is None or found.passed is not None:
         return ""
     if not found.kept:
-        return " (repair: no node adds error in the per-node comparison, so none to keep)"
+        return f" (repair: {found.why} in the per-node comparison, so none to keep)"
     return (f" (repair: keeping {kept_as} the nodes where the error grows most, or every node of one op type, does not pass: cosine_centered "
             f"{', '.join(f'{cosine:.5f} with {kept}' for kept, cosine in found.tried)}; at most {found.kept_compute} nodes, "
             f"{MAX_SHARE:.0%} of the {found.compute_nodes} compute nodes; {found.trials} trials in {found.search_seconds:.0f} s, "
