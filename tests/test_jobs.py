@@ -317,6 +317,26 @@ def test_every_repeat_lasts_the_minimum_duration_when_the_runs_get_faster_after_
     assert record["valid"] is True and record["validity"] == []
 
 
+def test_an_ort_cuda_cell_on_a_gpu_host_without_onnxruntimes_cuda_provider_is_skipped_before_its_build(monkeypatch):
+    """Seen on a lent H100 whose onnxruntime was the CPU build: each ort-cuda cell of the GPU matrix built its model
+    (minutes for bert-base) before bench found no CUDA provider; run_cell now skips it before the build, as a trt
+    cell is without TensorRT."""
+    import onnxruntime
+
+    from pipeline.core import devices
+    from pipeline.jobs import cell as cells
+    from pipeline.jobs.plan import Cell
+
+    monkeypatch.setattr(devices, "cuda_device_present", lambda: True)
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    gpu = {"gpu_absent": None, "name": "NVIDIA H100 80GB HBM3"}  # NVML's facts there
+    method = {"seed": 0, "warmup_ms": 10, "min_duration_ms": 300, "min_iterations": 10}
+    cell = Cell(index=0, model="bert-tiny", profile="bert-tiny", onnx=None, shape={}, precision="fp32", backend="ort-cuda", builder={},
+                gpu="local", method=method, repeats=1)
+    assert cells._missing_capability(cell, gpu) == ("ort-cuda needs onnxruntime's CUDA provider: this machine has a GPU but its "
+                                                    f"onnxruntime {onnxruntime.__version__} has no CUDA provider (install onnxruntime-gpu)")
+
+
 def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_line(tmp_path):
     """The reason a cell is INVALID is on the page, not only in a tooltip; column headers do not wrap ("to run it" took 3 lines);
     the "to run it" column is left out when no cell has a command to run it."""

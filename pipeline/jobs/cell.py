@@ -73,6 +73,12 @@ def _missing_capability(cell: Cell, gpu: dict[str, Any]) -> str | None:
             return f"{cell.backend} needs TensorRT and a GPU: {missing}"
     elif gpu.get("gpu_absent"):
         return f"ort-cuda needs a GPU: {gpu['gpu_absent']}"
+    else:  # before the build it would time: a GPU host's onnxruntime can be the CPU build
+        from pipeline.core.devices import onnxruntime_cuda_missing
+
+        missing = onnxruntime_cuda_missing()
+        if missing:
+            return f"ort-cuda needs onnxruntime's CUDA provider: {missing}"
     if gpu.get("gpu_absent") is None and cell.gpu not in ("local", "cpu") and cell.gpu != gpu["name"].replace(" ", "-"):
         return f"this cell is for GPU type {cell.gpu}; this machine has {gpu['name']}"
     return None
