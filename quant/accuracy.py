@@ -25,11 +25,10 @@ import numpy as np
 from pipeline.core.verify import OnnxSession
 
 
-def model_outputs(model: Path | OnnxSession, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
-    """Every output of every batch, each flattened (`flatten`), through one session (the one given, or a new one
-    for a path)."""
-    session = model if isinstance(model, OnnxSession) else OnnxSession(model)
-    return flatten([session.run(feeds) for feeds in batches])
+def model_outputs(path: Path, batches: list[dict[str, np.ndarray]]) -> list[np.ndarray]:
+    """Every output of every batch, each flattened (`flatten`), through one session."""
+    session = OnnxSession(path)
+    return flatten([session.run_fitting(feeds, path) for feeds in batches])
 
 
 OUTPUT_BUDGET = 1 << 27  # output values the FP32 reference keeps for the checks (512 MB of float32)
@@ -62,7 +61,7 @@ class BackgroundOutputs:
             session = OnnxSession(path, threads=max(1, (os.cpu_count() or 2) - 1))
             outputs: list[np.ndarray] | None = []
             for feeds in batches:
-                outputs += flatten([session.run(feeds, self._stop)])
+                outputs += flatten([session.run_fitting(feeds, path, self._stop)])
                 if sum(o.size for o in outputs) > OUTPUT_BUDGET:  # the check runs both models batch by batch instead
                     outputs = None
                     break
@@ -115,7 +114,7 @@ def checked(candidate: Path | OnnxSession, batches: list[dict[str, np.ndarray]],
     if reference is not None:
         outputs: list[np.ndarray] = []
         for feeds in batches:
-            outputs += flatten([session.run(feeds)])
+            outputs += flatten([session.run_fitting(feeds, source)])
             if isinstance(reference, BackgroundOutputs) and sum(o.size for o in outputs) > OUTPUT_BUDGET:
                 break
         else:
@@ -127,7 +126,7 @@ def checked(candidate: Path | OnnxSession, batches: list[dict[str, np.ndarray]],
         reference.result()  # it stopped at the budget: let it end before the FP32 model runs again here
     fp32, figures = OnnxSession(source), Figures()
     for feeds in batches:
-        figures.add(flatten([fp32.run(feeds)]), flatten([session.run(feeds)]))
+        figures.add(flatten([fp32.run_fitting(feeds, source)]), flatten([session.run_fitting(feeds, source)]))
     return figures.result(samples)
 
 

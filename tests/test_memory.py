@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.core import memory
@@ -55,3 +56,23 @@ def test_the_fp16_check_runs_a_batch_too_large_for_memory_in_smaller_batches(tmp
     feed_sets = [{"x": np.ones((rows, 3, 32, 32), np.float32)} for rows in (1, 4, 16)]
     _, checked = check_runs(path, feed_sets, "fp16")
     assert [shapes["x"][0] for shapes in checked] == [1, 4, 8, 8], "batch 16 ran as two runs of 8"
+
+
+def test_the_accuracy_check_and_its_fp32_reference_run_a_batch_too_large_for_memory_in_parts(tmp_path, monkeypatch):
+    """The held-out samples stack into one batch of the profile's largest: EfficientNet at 600x600, batch 16, ran the
+    candidate and the FP32 reference beside it each at once, and was killed for memory (23.7 GB) once its shape checks
+    ran in parts. Both now run in parts too, and the figures are those of the whole batch."""
+    from pipeline.core.verify import OnnxSession
+    from quant.accuracy import BackgroundOutputs, checked
+
+    path = conv_stack(tmp_path / "c.onnx")
+    batches = [{"x": np.random.default_rng(0).normal(size=(16, 3, 32, 32)).astype(np.float32)}]
+    whole = checked(path, batches, None, path, 16)
+    rows = []
+    run = OnnxSession.run
+    monkeypatch.setattr(OnnxSession, "run", lambda self, feeds, options=None: rows.append(len(feeds["x"])) or run(self, feeds, options))
+    peak_of_one = memory.ARENA_FACTOR * memory.peak_activation_bytes(path, {"x": [1, 3, 32, 32]})
+    monkeypatch.setattr(memory, "available_bytes", lambda: int(4 * peak_of_one / memory.SHARE_OF_AVAILABLE))
+    parts = checked(path, batches, BackgroundOutputs(path, batches), path, 16)
+    assert parts.keys() == whole.keys() and all(parts[k] == pytest.approx(whole[k], rel=1e-6, abs=1e-9) for k in whole)
+    assert sorted(rows) == [4] * 8, "the candidate's 16 rows and the reference's, 4 at a time"

@@ -285,9 +285,9 @@ def test_each_model_is_loaded_into_onnxruntime_once_per_build(tmp_path, monkeypa
     opened: list[tuple[str, bool]] = []
     original = verify.OnnxSession.__init__
 
-    def counting(self, path, as_written=False, threads=0):
+    def counting(self, path, as_written=False, threads=0, **options):
         opened.append((Path(path).name, as_written))
-        original(self, path, as_written, threads)
+        original(self, path, as_written, threads, **options)
 
     monkeypatch.setattr(verify.OnnxSession, "__init__", counting)
     ctx = Context(load_profile("bert-tiny"), tmp_path, Manifest.load_or_new(tmp_path / "manifest.json", "bert-tiny"))

@@ -5,6 +5,7 @@ into runs of fewer rows along the batch axis."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -66,11 +67,17 @@ def runs_that_fit(path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, np
     rows = len(next(iter(feeds.values())))
     if rows <= 1 or len({a.shape[0] if a.ndim else 0 for a in feeds.values()}) != 1:
         return [feeds]
-    peak = ARENA_FACTOR * peak_activation_bytes(path, {name: list(a.shape) for name, a in feeds.items()})
+    peak = ARENA_FACTOR * _estimate(str(path), Path(path).stat().st_mtime_ns, tuple((name, a.shape) for name, a in feeds.items()))
     budget = SHARE_OF_AVAILABLE * available_bytes()
     if peak <= budget:
         return [feeds]
     return split_rows(feeds, max(1, int(rows * budget // peak)))
+
+
+@functools.lru_cache(maxsize=64)
+def _estimate(path: str, version: int, shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> int:
+    """peak_activation_bytes once per file version and shapes: every accuracy run asks (`version`: its mtime)."""
+    return peak_activation_bytes(Path(path), {name: list(shape) for name, shape in shapes})
 
 
 def available_bytes() -> int:
