@@ -129,6 +129,10 @@ def table(results: dict) -> str:
     runs, counts = results["runs"], summary(results["runs"])
     lines = [f"transformers {results['transformers']}: {len(runs)} model types swept of the {results['types_supported']} `init` supports. "
              + "; ".join(f"{command}: " + ", ".join(f"{n} {status}" for status, n in sorted(c.items())) for command, c in counts.items() if c) + ".", ""]
+    code = results.get("code")
+    if code:  # which commit each row ran on, where the file records it
+        lines[0] += (f" Run at commit {code['commit']}; {', '.join(code['rerun_at']['types'])} rerun at {code['rerun_at']['commit']} "
+                     f"({code['rerun_at']['why']}); {code['since']}.")
     built = {t: r for t, r in runs.items() if "build" in r}
     if built:
         lines += ["| model type | task | build | " + " | ".join(STAGES) + " | s (init + build) | why not |", "|---|---|---|" + "---|" * len(STAGES) + "---|---|"]
