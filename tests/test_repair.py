@@ -114,18 +114,6 @@ def outlier_model(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def test_a_failed_int8_gate_leaves_the_node_with_the_outlier_input_unquantized(tmp_path):
-    outlier_model(tmp_path / "model.onnx")
-    write_profile(tmp_path, PROFILE.replace("8]", "32]") + "samples = 8\n")
-    result = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "out", cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    line = next(line for line in result.stdout.splitlines() if line.startswith("int8"))
-    assert "1 node kept unquantized: second (largest error growth at second (MatMul)" in line
-    assert '[quant] int8_exclude_nodes = ["second$"]' in line
-    plain = run_cli("build", "--profile", "p.toml", "--int8", "--until", "int8", "--out", "plain", "--no-repair", cwd=tmp_path)
-    assert plain.returncode == 1 and "int8: accuracy below the gate" in plain.stderr and "int8_exclude_nodes" in plain.stderr
-
-
 def offset_model(path: Path) -> None:
     """(x @ w1 + 100) @ w2 @ w3 (a ReLU before the last), each column of w2 summing to zero: the second MatMul reads values
     of 100 +- a few, whose variation is all it passes on. FP8 E4M3 keeps 3 mantissa bits, steps of 8 at 100: the variation is
@@ -145,16 +133,17 @@ def offset_model(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def test_a_failed_fp8_gate_leaves_the_node_reading_the_offset_unquantized(tmp_path):
-    offset_model(tmp_path / "model.onnx")
+@pytest.mark.parametrize("precision, model", [("int8", outlier_model), ("fp8", offset_model)])
+def test_a_failed_gate_leaves_the_node_whose_input_quantizes_badly_unquantized(tmp_path, precision, model):
+    model(tmp_path / "model.onnx")
     write_profile(tmp_path, PROFILE.replace("8]", "32]") + "samples = 8\n")
-    result = run_cli("build", "--profile", "p.toml", "--fp8", "--until", "fp8", "--out", "out", cwd=tmp_path)
+    result = run_cli("build", "--profile", "p.toml", f"--{precision}", "--until", precision, "--out", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    line = next(line for line in result.stdout.splitlines() if line.startswith("fp8"))
+    line = next(line for line in result.stdout.splitlines() if line.startswith(precision))
     assert "1 node kept unquantized: second (largest error growth at second (MatMul)" in line
-    assert '[quant] fp8_exclude_nodes = ["second$"]' in line
-    plain = run_cli("build", "--profile", "p.toml", "--fp8", "--until", "fp8", "--out", "plain", "--no-repair", cwd=tmp_path)
-    assert plain.returncode == 1 and "fp8: accuracy below the gate" in plain.stderr and "fp8_exclude_nodes" in plain.stderr
+    assert f'[quant] {precision}_exclude_nodes = ["second$"]' in line
+    plain = run_cli("build", "--profile", "p.toml", f"--{precision}", "--until", precision, "--out", "plain", "--no-repair", cwd=tmp_path)
+    assert plain.returncode == 1 and f"{precision}: accuracy below the gate" in plain.stderr and f"{precision}_exclude_nodes" in plain.stderr
 
 
 def _typed_model(nodes, initializers, value_info=()) -> onnx.ModelProto:
