@@ -14,9 +14,9 @@ import numpy as np
 
 from pipeline.core.onnxfile import constants_as_tensors
 
-# onnxruntime's CPU arena rounds allocations up and keeps buffers for reuse: its peak resident growth
-# measured 0.68-1.13x the estimate (ResNet-50 at 224 batch 8 and 16, a 2-layer EfficientNet at 300 batch 4 and 8,
-# at 600 batch 2: 0.94x)
+# a run's peak resident growth measured 0.68-1.13x the estimate with onnxruntime's CPU arena (ResNet-50 at 224 batch
+# 8 and 16, a 2-layer EfficientNet at 300 batch 4 and 8, at 600 batch 2: 0.94x); the check sessions now run without
+# it (pipeline/core/verify.py), and the factor is the margin
 ARENA_FACTOR = 1.5
 SHARE_OF_AVAILABLE = 0.5  # a check may take half the memory available now: the FP32 reference and the stage's own data share it
 
