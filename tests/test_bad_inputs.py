@@ -172,6 +172,7 @@ def library(tmp_path_factory) -> Path:
     np.savez(root / "ids.npz", x=np.ones((4, 8), np.int64))
     shutil.copy(TRT_DATA / MNIST, root / "layers.json")
     (root / "tiny.toml").write_text(TINY_MLP_PROFILE)
+    (root / "badregex.toml").write_text(TINY_MLP_PROFILE + '\n[quant]\nfp8_exclude_nodes = ["node_(add"]\n')
     (root / "badfactories.py").write_text(FACTORIES)
     (root / "syntaxmod.py").write_text("def make(:\n    pass\n")
     (root / "importfail.py").write_text("raise ImportError('libfoo.so: cannot open shared object file')\n")
@@ -384,6 +385,8 @@ def _jobs_files(root: Path) -> None:
 
 
 CASES.update({
+    "build: an exclude list that is not a regular expression": Case(("build", "--profile", "badregex.toml", "--fp8", "--out", "o"),
+                                                                    "quant.fp8_exclude_nodes: 'node_(add' is not a regular expression"),
     "jobs: a matrix naming an unknown profile": Case(("jobs", "plan", "unknown-profile.toml"), "models[0]: profile 'no-such-profile' not found"),
     "jobs: a matrix naming an unknown precision": Case(("jobs", "plan", "unknown-precision.toml"), "precisions[1]: 'fp9' is not known"),
     "jobs: a matrix naming an unknown backend": Case(("jobs", "run", "unknown-backend.toml", "--out", "o"), "backends[0]: 'ort-rocm' is not known"),

@@ -197,6 +197,16 @@ class QuantSection(_Section):
     int8_exclude_nodes: list[str] = Field(default_factory=list, description="nodes the int8 stage leaves unquantized: regular expressions")
     fp8_exclude_nodes: list[str] = Field(default_factory=list, description="nodes the fp8 stage leaves unquantized: regular expressions")
 
+    @field_validator("fp16_exclude_nodes", "int8_exclude_nodes", "fp8_exclude_nodes")
+    @classmethod
+    def _regular_expressions(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as err:  # else ModelOpt's re.match fails mid-stage, an internal error
+                raise ValueError(f"{pattern!r} is not a regular expression ({err}); escape ( ) [ ] . * + ? with a backslash") from err
+        return patterns
+
     @model_validator(mode="before")
     @classmethod
     def _gates_by_precision(cls, data: Any) -> Any:
