@@ -42,7 +42,8 @@ class OnnxSession:
         options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written else level.ORT_ENABLE_BASIC
         # no arena: a session keeps its largest run's buffers in it (its memory pattern, even with arena shrinkage), so
         # the FP16 stage's FP32 and FP16 sessions held EfficientNet's 600x600 batch-16 runs together (killed at 23.7
-        # GB; 5.9 GB kept after a 6-row run, 1.3 GB without the arena, as fast)
+        # GB). bench/results/session_memory.json: with the arena 2.6x a run's estimate stays held after it, without
+        # none; the runs take 1.4x as long without it (a Conv stack at 600x600), the price of the checks' memory
         options.enable_cpu_mem_arena = False
         if threads:
             options.intra_op_num_threads = threads
