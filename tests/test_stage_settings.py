@@ -206,7 +206,8 @@ def new_run(tiny_sequence, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", ["quant.min_cosine_fp8", "quant.min_cosine_int4", "quant.min_cosine_bf16", "quant.int4_method", "quant.preset"])
+@pytest.mark.parametrize("name", ["quant.min_cosine_fp8", "quant.fp8_exclude_nodes", "quant.min_cosine_int4", "quant.min_cosine_bf16", "quant.int4_method",
+                                  "quant.preset"])
 def test_changing_a_new_precision_setting_reruns_exactly_its_stage(tiny_sequence, new_run, tmp_path, name):
     profile, folder = tiny_sequence
     out = tmp_path / "out"
