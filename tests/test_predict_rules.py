@@ -201,6 +201,18 @@ def test_a_softmax_outside_attention_runs_in_two_passes_the_second_with_its_argm
     assert kernels == [["linear"], ["softmax", "linear"], ["softmax", "argmax"], []]  # the Gemm's bias is added in the softmax's first pass
 
 
+def test_a_softmax_read_through_data_movement_that_splits_and_joins_again_finds_its_argmax_once():
+    """Readers are looked for through data movement once per node: each Concat(t, t) doubles the paths to the ArgMax,
+    and walking every path found it 2^12 times here (bailing_hybrid's graph never finished predicting)."""
+    g = Graph()
+    probabilities = g.op("Softmax", [g.op("Gemm", [g.input("x", [1, 32]), g.weight("w", (32, 10)), g.weight("b", (10,))], "linear")], "softmax", axis=1)
+    for i in range(12):
+        probabilities = g.op("Concat", [probabilities, probabilities], f"twice_{i}", axis=1)
+    out = g.op("ArgMax", [probabilities], "argmax", axis=1)
+    kernels = layer_nodes(run(g.model(out)))
+    assert any("softmax" in kernel and "argmax" in kernel for kernel in kernels)
+
+
 @covers("kernel-pointwise")
 def test_pointwise_ops_no_anchor_takes_run_as_one_kernel():
     g = Graph()

@@ -210,14 +210,21 @@ class Kernels:
         return producer.name if producer is not None else None
 
     def _readers(self, tensor: str) -> list[Node]:
-        """The readers of `tensor`, looking through data movement and Q/DQ."""
-        found = []
-        for reader in self.g.consumers(tensor):
-            if reader.op_type in PASS_THROUGH and reader.name in self.inside:
-                found += [r for t in reader.output for r in self._readers(t)]
-            else:
-                found.append(reader)
-        return found
+        """The readers of `tensor`, looking through data movement and Q/DQ, each once: every data movement node is
+        walked once (paths that split and join again, a Split's outputs concatenated back, would be walked once
+        per path: exponential in the number of such diamonds in a row, bailing_hybrid's)."""
+        found: dict[str, Node] = {}
+        walked: set[str] = set()
+        tensors = [tensor]
+        while tensors:
+            for reader in self.g.consumers(tensors.pop()):
+                if reader.op_type in PASS_THROUGH and reader.name in self.inside:
+                    if reader.name not in walked:
+                        walked.add(reader.name)
+                        tensors.extend(reader.output)
+                else:
+                    found.setdefault(reader.name, reader)
+        return list(found.values())
 
     def _only_feeds_reduction(self, node: Node) -> bool:
         """Every reader is a normalization or reduction outside attention: the op is that kernel's prologue."""
