@@ -73,6 +73,25 @@ def test_init_cuts_per_stage_and_per_layer_fields_together(tmp_path, model_type,
     runs_at_max(profile)
 
 
+@pytest.mark.parametrize(("model_type", "full_layer"), [("gemma4_text", {"head_dim": 32}), ("embedding_gemma2_text", {"head_dim": 32, "num_key_value_heads": 1})])
+def test_a_heterogeneous_config_keeps_its_per_layer_sizes_scaled_on_the_layer_of_their_type(tmp_path, model_type, full_layer):
+    """Gemma 4's full-attention layers (its 6th, 12th, ...) have a head twice as wide as the global one (and the embedding
+    model one KV head): the global per-layer attributes cannot even be read, which was an internal error. The small config's
+    full-attention layer (its 2nd) keeps those overrides, scaled as the global sizes were; its cache is read from the model."""
+    from transformers import AutoConfig
+
+    profile = init_profile(tmp_path, model_type)
+    fields = dict(profile.model.hf_config)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    assert config.layer_types == ["sliding_attention", "full_attention"]
+    assert {key: getattr(config.per_layer_config[1], key) for key in full_layer} == full_layer
+    assert config.per_layer_config[0].head_dim == 16
+    cache = {spec.name: list(spec.shape) for spec in profile.inputs if spec.name.startswith("past_key_values")}
+    if cache:  # the decoder: its full-attention layer's cache is as wide as that layer's head
+        assert cache["past_key_values.1.key"][-1] == 32 and cache["past_key_values.0.key"][-1] == 16
+    runs_at_max(profile)
+
+
 @pytest.mark.parametrize("model_type", ["xlm-roberta", "mpnet"])
 def test_init_seq_max_is_the_longest_the_model_takes(tmp_path, model_type):
     """Their positions start after the padding index (1): 256 positions hold 254 tokens, found by trying."""

@@ -5,6 +5,7 @@ refused in one line. `init --hf MODEL_TYPE` writes `SMALL_CONFIG` instead of the
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from pipeline.core.errors import ProfileError
@@ -63,6 +64,9 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     defaults = config.to_dict()
     if getattr(config, "is_encoder_decoder", False):
         return _encoder_decoder_fields(config, defaults)
+    if getattr(config, "is_heterogeneous", False):  # per-layer sizes (Gemma 4): read its global ones, as to_dict has them
+        config = copy.copy(config)
+        config.allow_global_per_layer_attribute_access = True
     reverse = {standard: own for own, standard in getattr(config, "attribute_map", {}).items()}
     names = {key: reverse.get(key, key) for key in SMALL_CONFIG}
     fields: dict[str, Any] = {names[key]: value for key, value in SMALL_CONFIG.items() if hasattr(config, key)
@@ -78,7 +82,33 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
             fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head; deepseek's qk_rope_head_dim
         if key == "image_size" and _largest_side(value) > SMALL_IMAGE:
             fields[key] = SMALL_IMAGE if isinstance(value, int) else [SMALL_IMAGE] * len(value)
+    if defaults.get("per_layer_config"):
+        layers = fields.get(names["num_hidden_layers"], defaults.get(names["num_hidden_layers"]))
+        fields["per_layer_config"] = per_layer_fields(defaults, fields, layers, fields.get("layer_types", defaults.get("layer_types")))
     return {**fields, **_token_ids(config)}
+
+
+def per_layer_fields(defaults: dict[str, Any], fields: dict[str, Any], layers: Any, kept_types: Any) -> dict[str, dict[str, Any]]:
+    """A heterogeneous config's per-layer overrides (Gemma 4's full-attention layers: a head twice as wide, one KV head)
+    for the `layers` the small config keeps, each size the small config sets scaled as its global value was. Where the
+    config names layer types, a kept layer takes the overrides of the first layer of its type in `kept_types` (the small
+    Gemma 4's full-attention layer is its second, the default's its sixth)."""
+    overrides = {int(index): values for index, values in defaults["per_layer_config"].items()}
+    types = defaults.get("layer_types")
+    kept: dict[str, dict[str, Any]] = {}
+    for index in range(layers if isinstance(layers, int) else 0):
+        typed = isinstance(types, list) and isinstance(kept_types, list) and index < len(kept_types) and kept_types[index] in types
+        like = types.index(kept_types[index]) if typed else index
+        if like in overrides:
+            kept[str(index)] = {key: _scaled(value, defaults.get(key), fields[key]) if key in fields else value for key, value in overrides[like].items()}
+    return kept
+
+
+def _scaled(value: Any, default: Any, small: Any) -> Any:
+    """`value` (a layer's size where the config's is `default`) in a config whose size is `small`."""
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in (value, default, small)) and default > 0:
+        return max(1, value * small // default)
+    return value
 
 
 def _encoder_decoder_fields(config: Any, defaults: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pipeline.core.profiles import Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
 from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
 from pipeline.models.seq2seq_starter import EXPORT, EXPORT_COMMENT, encoder_decoder_inputs, run_encoder_decoder, task_of
-from pipeline.models.size import small_config_fields
+from pipeline.models.size import per_layer_fields, small_config_fields
 from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV, run_at_max
 
 
@@ -57,9 +57,9 @@ def _starter_profile(source: str, task: str | None, name: str, profile_folder: P
 def _cuts_lists(transformers: Any, model_type: str) -> bool:
     try:
         default = transformers.AutoConfig.for_model(model_type)
-    except Exception:  # noqa: BLE001 - refused already, with its line
+        return small_config_fields(default) != small_config_fields(default, cut_lists=False)
+    except Exception:  # noqa: BLE001 - refused already, with its line (a config whose fields cannot be read)
         return False
-    return small_config_fields(default) != small_config_fields(default, cut_lists=False)
 
 
 def _starter_text(transformers: Any, source: str, task: str | None, name: str, profile_folder: Path, full_size: bool, folder: Path,
@@ -224,7 +224,7 @@ def _small_config(transformers: Any, model_type: str, default: Any, cut_lists: b
         small = small_config_fields(default, cut_lists)
         for _ in range(len(small)):
             try:
-                return transformers.AutoConfig.for_model(model_type, **small), small
+                return _with_layer_types(transformers, model_type, default, transformers.AutoConfig.for_model(model_type, **small), small)
             except Exception as err:  # noqa: BLE001 - the config's own validation (ValueError, TypeError, strict dataclass errors)
                 named = [key for key in small if key in str(err) and key not in SIZE_KEYS]
                 if not named:
@@ -234,6 +234,18 @@ def _small_config(transformers: Any, model_type: str, default: Any, cut_lists: b
     except Exception as err:  # noqa: BLE001 - as above; or a config that refuses global per-layer reads
         raise InputError(f"init --hf {model_type}: its config does not take init's small sizes ({type(err).__name__}: {short_error(err)}); "
                          "there is no small config for it: write its hf_config by hand, or use --full-size") from err
+
+
+def _with_layer_types(transformers: Any, model_type: str, default: Any, config: Any, small: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """`config` made from `small`, its per-layer overrides following the layer types the config settled on (Gemma's
+    config makes its last layer a full-attention one whatever the cut list said)."""
+    if "per_layer_config" not in small:
+        return config, small
+    settled = per_layer_fields(default.to_dict(), small, config.num_hidden_layers, getattr(config, "layer_types", None))
+    if settled == small["per_layer_config"]:
+        return config, small
+    small = {**small, "per_layer_config": settled}
+    return transformers.AutoConfig.for_model(model_type, **small), small
 
 
 def _starter_document(what: str, name: str, model: dict, hf_config: dict, dims: dict, inputs: list, kind: str):
