@@ -407,6 +407,29 @@ def test_split_to_sequence_becomes_split(tmp_path, split, indices):
     assert stats_of(result, "split-to-sequence-as-split")["applied"] == 1
 
 
+@pytest.mark.parametrize("indices", [[0, 2, 1], [1, -1]])
+def test_split_to_sequence_with_computed_lengths_becomes_slices(tmp_path, indices):
+    """A mixture of experts' dynamo export (JetMoE): the tokens each expert takes, split by lengths the router computes;
+    AutoCast's reference run failed on the sequence (Polygraphy: "dtype is unsupported for objects of type: list")."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+             helper.make_node("Sub", ["rows", "five"], ["rest"]), helper.make_node("Concat", ["two", "three", "rest"], ["split"], axis=0),
+             helper.make_node("SplitToSequence", ["x", "split"], ["seq"], axis=0)]
+    nodes += [helper.make_node("SequenceAt", ["seq", f"i{k}"], [f"part{k}"]) for k in range(len(indices))]
+    nodes += [helper.make_node("Relu", [f"part{k}"], [f"y{k}"]) for k in range(len(indices))]
+    outputs = [helper.make_tensor_value_info(f"y{k}", F, None) for k in range(len(indices))]
+    constants = [("zero", np.array([0], np.int64)), ("two", np.array([2], np.int64)), ("three", np.array([3], np.int64)),
+                 ("five", np.array([5], np.int64)), *[(f"i{k}", np.int64(i)) for k, i in enumerate(indices)]]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, ["rows", 4])], outputs, constants)
+    result = optimize_file(path, tmp_path / "opt.onnx")
+    assert not {"SplitToSequence", "SequenceAt"} & {n.op_type for n in onnx.load(tmp_path / "opt.onnx").graph.node}
+    assert stats_of(result, "split-to-sequence-as-slices")["applied"] == 1
+    for rows in (9, 5, 12):  # onnxruntime's own run of the sequence reuses one part's buffer for another: numpy is the reference
+        x = rand(rows, 4, seed=rows)
+        parts = np.split(x, [2, 5])
+        expected = [np.maximum(parts[i], 0) for i in indices]
+        assert all(np.array_equal(a, b) for a, b in zip(run_onnx(tmp_path / "opt.onnx", {"x": x}), expected, strict=True))
+
+
 def test_split_to_sequence_read_otherwise_is_kept(tmp_path):
     nodes = [helper.make_node("SplitToSequence", ["x", "split"], ["seq"], axis=1), helper.make_node("SequenceLength", ["seq"], ["y"])]
     path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 12])], [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
