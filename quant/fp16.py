@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
     from pipeline.core.verify import OnnxSession
 
 AUTOCAST_PLACEHOLDER_DIM = "unk"
+# Conversions rerun with the nodes onnxruntime has no low-precision kernel for kept in FP32, at most (its CPU provider's
+# ScatterND with reduction="add" in FP16: a mixture of experts' token scatter, JetMoE)
+MAX_KERNEL_RERUNS = 4
+NO_KERNEL = re.compile(r"(?:node '|node with name ')([^']+)'.*(?:is not supported|Could not find an implementation|NOT_IMPLEMENTED)|"
+                       r"(?:Could not find an implementation|NOT_IMPLEMENTED).*node with name '([^']+)'")
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,15 @@ class AutocastResult:
     checked_shapes: list[dict[str, list[int]]]
     session: OnnxSession | None  # the session that ran the checks (run further feeds through it, not a second one); None: unchecked
     unchecked: str | None = None  # why the file was written without running it
+    kept_without_kernel: tuple[str, ...] = ()  # nodes kept in FP32: onnxruntime has no kernel for them in the low precision
+
+
+class NoKernel(StageFailed):
+    """onnxruntime has no kernel for `node` of the converted model in its precision."""
+
+    def __init__(self, message: str, node: str):
+        super().__init__(message)
+        self.node = node
 
 
 def convert_fp16(
@@ -70,7 +85,39 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
              feed_sets: list[dict[str, np.ndarray]], reference_feeds: dict[str, np.ndarray] | None, check_on: str | None,
              unchecked: str = "") -> AutocastResult:
     """AutoCast's mixed-precision model of `source` written to `target`, run on every feed set first on onnxruntime's
-    `check_on` provider; None: written unchecked for the reason `unchecked` gives."""
+    `check_on` provider (None: written unchecked for the reason `unchecked` gives). A node onnxruntime has no kernel
+    for in the low precision is kept in FP32 with those like it and the conversion rerun, at most MAX_KERNEL_RERUNS times."""
+    import dataclasses
+
+    kept: list[str] = []
+    reruns = 0
+    while True:
+        try:
+            result = _convert_once(source, target, low_precision_type, op_types_to_exclude, [*nodes_to_exclude, *exact_names(kept)], feed_sets,
+                                   reference_feeds, check_on, unchecked)
+            return dataclasses.replace(result, kept_without_kernel=tuple(kept))
+        except NoKernel as err:
+            if err.node in kept or reruns == MAX_KERNEL_RERUNS:
+                raise
+            kept += _alike(source, err.node)
+            reruns += 1
+
+
+def _alike(source: Path, name: str) -> list[str]:
+    """The node `name` of `source` and every other of its op type and attributes: onnxruntime lacks their kernel too
+    (JetMoE's six ScatterND adds, one conversion instead of six)."""
+    import onnx
+
+    nodes = onnx.load(str(source), load_external_data=False).graph.node
+    like = next((n for n in nodes if n.name == name), None)
+    if like is None:
+        return [name]
+    return [n.name for n in nodes if n.op_type == like.op_type and n.domain == like.domain and list(n.attribute) == list(like.attribute)]
+
+
+def _convert_once(source: Path, target: Path, low_precision_type: str, op_types_to_exclude: list[str], nodes_to_exclude: list[str],
+                  feed_sets: list[dict[str, np.ndarray]], reference_feeds: dict[str, np.ndarray] | None, check_on: str | None,
+                  unchecked: str) -> AutocastResult:
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
@@ -193,18 +240,24 @@ def check_runs(path: Path, feed_sets: list[dict[str, np.ndarray]], stage: str,
         session = OnnxSession(path, provider=provider)
     except InputError as err:  # the file is ours (AutoCast's output), not the user's input: a failed stage
         reason = str(err).removeprefix(f"{path}: onnxruntime cannot load it: ").replace(str(path), "the converted model").rstrip(".")
-        raise StageFailed(f"{stage}: ModelOpt AutoCast wrote a model onnxruntime cannot load ({reason}); keep the node named there "
-                          "in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types) or report it with the model") from err
+        raise _failure(f"{stage}: ModelOpt AutoCast wrote a model onnxruntime cannot load ({reason}); keep the node named there "
+                       "in FP32 ([quant] fp16_exclude_nodes or fp16_exclude_op_types) or report it with the model", reason) from err
     checked = []
     for feeds in (run for feed_set in feed_sets for run in runs_that_fit(path, feed_set)):  # a batch too large for memory: in parts
         shapes = {name: list(a.shape) for name, a in feeds.items()}
         try:
             session.run(feeds)
         except StageFailed as err:
-            raise StageFailed(f"{stage}: the converted model does not run at input shapes {shapes}: {err}; "
-                              f"exclude the node named there ([quant] fp16_exclude_nodes) or report it with the model") from err
+            raise _failure(f"{stage}: the converted model does not run at input shapes {shapes}: {err}; "
+                           f"exclude the node named there ([quant] fp16_exclude_nodes) or report it with the model", str(err)) from err
         checked.append(shapes)
     return session, checked
+
+
+def _failure(message: str, reason: str) -> StageFailed:
+    """NoKernel where onnxruntime's `reason` names a node it has no kernel for, else StageFailed."""
+    found = NO_KERNEL.search(reason)
+    return NoKernel(message, found.group(1) or found.group(2)) if found else StageFailed(message)
 
 
 def _fp32_compute_nodes(model) -> int:

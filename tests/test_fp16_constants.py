@@ -60,3 +60,35 @@ def test_fp16_of_a_clip_with_value_float_bounds_loads_and_matches_fp32(tmp_path)
     assert fp16.dtype == np.float32 and fp16.min() == LOW and fp16.max() == HIGH  # the bounds are exact in FP16
     assert (fp16[reference == HIGH] == HIGH).all() and (fp16[reference == LOW] == LOW).all()
     np.testing.assert_allclose(fp16, reference, rtol=3 * 2.0**-11, atol=0)  # x, w and x * w each rounded to FP16 once
+
+
+def scatter_add_model(path):
+    """Two ScatterND adds (a mixture of experts' token scatter) between Muls AutoCast converts: onnxruntime's CPU
+    provider has no FP16 ScatterND with reduction="add"."""
+    weight = numpy_helper.from_array(np.random.default_rng(2).uniform(0.5, 2.0, (6, 8)).astype(np.float32), "w")
+    indices = numpy_helper.from_array(np.array([[1], [3], [1]], np.int64), "rows")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["scaled"], name="mul"),
+             helper.make_node("Slice", ["scaled", "start", "end", "axis0"], ["updates"], name="take"),
+             helper.make_node("ScatterND", ["scaled", "rows", "updates"], ["once"], reduction="add", name="scatter_1"),
+             helper.make_node("ScatterND", ["once", "rows", "updates"], ["twice"], reduction="add", name="scatter_2"),
+             helper.make_node("Mul", ["twice", "w"], ["y"], name="out")]
+    constants = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("start", 0), ("end", 3), ("axis0", 0))]
+    graph = helper.make_graph(nodes, "scatter", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 8])], [weight, indices, *constants])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_fp16_keeps_in_fp32_the_nodes_onnxruntime_has_no_fp16_kernel_for_and_those_like_them(tmp_path):
+    """JetMoE's FP16 stage failed: "MLFloat16 data type is not supported with ScatterND opset 16 when reduction is 'add'"."""
+    from quant.fp16 import convert_fp16
+
+    source = scatter_add_model(tmp_path / "model.onnx")
+    x = {"x": np.random.default_rng(0).uniform(-2, 2, (6, 8)).astype(np.float32)}
+    result = convert_fp16(source, tmp_path / "model.fp16.onnx", [], [], [x])
+    assert sorted(result.kept_without_kernel) == ["scatter_1", "scatter_2"]  # the second with the first: one rerun
+    converted = onnx.load(str(tmp_path / "model.fp16.onnx"))
+    types = {v.name: v.type.tensor_type.elem_type for v in (*converted.graph.value_info, *converted.graph.output)}
+    assert types["once"] == types["twice"] == TensorProto.FLOAT
+    [reference], [fp16] = run_onnx(source, x), run_onnx(tmp_path / "model.fp16.onnx", x)
+    np.testing.assert_allclose(fp16, reference, rtol=2e-3, atol=2e-3)

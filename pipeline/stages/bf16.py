@@ -47,7 +47,7 @@ def run_bf16(job: Job) -> StageResult:
             figures = {"not_compared": result.unchecked}
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
-               "accuracy": figures, "min_cosine": q.min_cosine_bf16, **repair.recorded(found, "quant.fp16_exclude_nodes")}
+               "accuracy": figures, "min_cosine": q.min_cosine_bf16, **repair.recorded(found, "quant.fp16_exclude_nodes"), **shared.kernel_metrics(result)}
     return StageResult({"onnx": target, **shared.log_output(job.out / "bf16.log")}, metrics)
 
 
@@ -63,7 +63,7 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
 def _summary(m: dict) -> str:
     figures = m["accuracy"]
     if "cosine_centered" in figures:
-        return f"{repair.stage_note(m, 'in FP32')}cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
+        return f"{shared.kernel_note(m, 'BF16')}{repair.stage_note(m, 'in FP32')}cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
     return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}"
 
 

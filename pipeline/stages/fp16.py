@@ -49,7 +49,7 @@ def run_fp16(job: Job) -> StageResult:
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": q.min_cosine_fp16, **({"generation": generation} if generation else {}),
-               **repair.recorded(found, "quant.fp16_exclude_nodes")}
+               **repair.recorded(found, "quant.fp16_exclude_nodes"), **shared.kernel_metrics(result)}
     predicted, prediction = shared.predicted_engine(job, "fp16", target)
     return StageResult({"onnx": target, **predicted, **shared.log_output(job.out / "fp16.log")}, metrics | prediction)
 
@@ -83,6 +83,6 @@ STAGE = Stage(
            *GENERATION_READS, "quant.min_token_agreement_fp16", "repair"),
     inputs=("optimize.onnx", *GENERATION_INPUTS),
     packages=("nvidia-modelopt", "onnxruntime-gpu"),
-    key_metric=lambda m: (f"{repair.stage_note(m, 'in FP32')}cosine_centered={m['accuracy']['cosine_centered']:.5f}, "
+    key_metric=lambda m: (f"{shared.kernel_note(m, 'FP16')}{repair.stage_note(m, 'in FP32')}cosine_centered={m['accuracy']['cosine_centered']:.5f}, "
                           f"max_abs_diff={m['accuracy']['max_abs_diff']:.2e}{tokens_note(m)}{shared.predicted_line(m)}"),
 )

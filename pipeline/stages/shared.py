@@ -121,6 +121,19 @@ def fp16_rounding_limit(source: Path, reference: BackgroundOutputs, batches: lis
             "model this sensitive, a trained one rarely is); build it without --fp16")
 
 
+def kernel_metrics(result) -> dict[str, Any]:
+    """The manifest's record of the nodes an AutoCast conversion kept in FP32 for want of an onnxruntime kernel."""
+    return {"kept_without_kernel": list(result.kept_without_kernel)} if result.kept_without_kernel else {}
+
+
+def kernel_note(metrics: dict[str, Any], precision: str) -> str:
+    """The stage line's `1 node kept in FP32, onnxruntime has no FP16 kernel for it: X; `, when there are any."""
+    nodes = metrics.get("kept_without_kernel") or []
+    if not nodes:
+        return ""
+    return f"{len(nodes)} node{'s' * (len(nodes) != 1)} kept in FP32, onnxruntime has no {precision} kernel for {'them' if len(nodes) > 1 else 'it'}: {', '.join(nodes)}; "
+
+
 def passes(metrics: dict[str, Any], minimum: float) -> bool:
     """The accuracy figures meet the gate (NaN never does)."""
     return metrics["cosine_centered"] >= minimum
