@@ -92,6 +92,21 @@ def test_a_heterogeneous_config_keeps_its_per_layer_sizes_scaled_on_the_layer_of
     runs_at_max(profile)
 
 
+@pytest.mark.parametrize("model_type", ["qwen2_vl_text", "glm4v_text"])
+def test_init_splits_a_multimodal_rotary_embedding_within_the_small_head(tmp_path, model_type):
+    """Qwen2-VL's language model splits its rotary frequencies into time, height and width sections, [16, 24, 24] for a
+    128-wide head in its modeling code: a 16-wide head refused it ("split_with_sizes expects split_sizes to sum exactly to
+    8"), and the composite model's refusal points its users at exactly this init."""
+    from transformers import AutoConfig
+
+    profile = init_profile(tmp_path, model_type)
+    fields = dict(profile.model.hf_config)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    rotary = int(16 * config.rope_parameters.get("partial_rotary_factor", 1.0))
+    assert sum(config.rope_parameters["mrope_section"]) == rotary // 2
+    runs_at_max(profile)
+
+
 @pytest.mark.parametrize("model_type", ["xlm-roberta", "mpnet"])
 def test_init_seq_max_is_the_longest_the_model_takes(tmp_path, model_type):
     """Their positions start after the padding index (1): 256 positions hold 254 tokens, found by trying."""

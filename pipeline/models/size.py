@@ -82,6 +82,7 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
             fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head; deepseek's qk_rope_head_dim
         if key == "image_size" and _largest_side(value) > SMALL_IMAGE:
             fields[key] = SMALL_IMAGE if isinstance(value, int) else [SMALL_IMAGE] * len(value)
+    fields.update(_mrope_fields(type(config), defaults, fields.get(names["head_dim"], head_dim)))
     if defaults.get("per_layer_config"):
         layers = fields.get(names["num_hidden_layers"], defaults.get(names["num_hidden_layers"]))
         fields["per_layer_config"] = per_layer_fields(defaults, fields, layers, fields.get("layer_types", defaults.get("layer_types")))
@@ -102,6 +103,20 @@ def per_layer_fields(defaults: dict[str, Any], fields: dict[str, Any], layers: A
         if like in overrides:
             kept[str(index)] = {key: _scaled(value, defaults.get(key), fields[key]) if key in fields else value for key, value in overrides[like].items()}
     return kept
+
+
+def _mrope_fields(config_class: type, defaults: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """A multimodal rotary embedding's sections (Qwen2-VL's mrope_section: time, height and width) summing to half the small
+    head's rotary width: the model's default sections, [16, 24, 24] for a 128-wide head in its modeling code, not in the
+    config, would not split a 16-wide one. For the configs whose rope validation names mrope_section."""
+    if "mrope_section" not in getattr(config_class, "ignore_keys_at_rope_validation", ()):
+        return {}
+    key = "rope_parameters" if "rope_parameters" in defaults else "rope_scaling"
+    rope = dict(defaults.get(key) or {})
+    half = int(head_dim * rope.get("partial_rotary_factor", defaults.get("partial_rotary_factor", 1.0))) // 2
+    count = len(rope.get("mrope_section") or ()) or 3
+    rope["mrope_section"] = [half - (count - 1) * (half // count)] + [half // count] * (count - 1)
+    return {key: rope}
 
 
 def _scaled(value: Any, default: Any, small: Any) -> Any:
