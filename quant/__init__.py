@@ -10,3 +10,12 @@ def silence_lief_leak_report() -> None:
     lief = sys.modules.get("lief")
     if lief is not None:
         lief.disable_leak_warning()
+
+
+def before_modelopt() -> None:
+    """What every ModelOpt call needs first: lief's leak report off, and onnxruntime's symbolic shape inference,
+    which ModelOpt calls, kept from writing its partial model into the current folder (pipeline/core/symbolic_shapes.py)."""
+    from pipeline.core.symbolic_shapes import without_stray_files
+
+    silence_lief_leak_report()
+    without_stray_files()

@@ -122,9 +122,9 @@ def _convert_once(source: Path, target: Path, low_precision_type: str, op_types_
     from modelopt.onnx.autocast import convert_to_mixed_precision
 
     from pipeline.core.devices import onnxruntime_cuda_missing
-    from quant import silence_lief_leak_report
+    from quant import before_modelopt
 
-    silence_lief_leak_report()
+    before_modelopt()
     providers = ["cpu"] if onnxruntime_cuda_missing() else ["cuda", "cpu"]  # AutoCast's FP32 reference run
     logging.getLogger("modelopt").setLevel(logging.WARNING)
     try:

@@ -63,11 +63,11 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
     from modelopt.onnx.quantization import quantize
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
-    from quant import silence_lief_leak_report
+    from quant import before_modelopt
 
     model = model if model is not None else load_onnx(source)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
-    silence_lief_leak_report()  # lief is imported with modelopt.onnx.quantization, just above
+    before_modelopt()  # lief is imported with modelopt.onnx.quantization, just above
     with private_copy(source, external_tensors(model), beside=beside) as (workdir, copy):
         if name_anonymous_input_dims(model):
             onnx.save(model, str(copy))

@@ -27,6 +27,9 @@ def peak_activation_bytes(path: Path, shapes: dict[str, list[int]]) -> int:
     import onnx
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
+    from pipeline.core.symbolic_shapes import without_stray_files
+
+    without_stray_files()
     sized = onnx.load(str(path), load_external_data=False)
     del sized.graph.value_info[:]  # the exporter's shapes keep their symbolic dims: inferred again at these sizes
     for output in sized.graph.output:
