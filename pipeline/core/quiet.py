@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -41,12 +42,45 @@ def _redirected(log: Path | None) -> Iterator[None]:
         try:
             sys.stderr.flush()
             os.dup2(sink.fileno(), 2)
-            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), _handlers_to(sink):
                 yield
         finally:
             sink.flush()
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
+
+
+_discard: list = []  # one os.devnull file for the process, opened when first needed
+
+
+@contextlib.contextmanager
+def _handlers_to(sink) -> Iterator[None]:
+    """Logging handlers bound to a stream of an earlier block write to `sink` for this one, and to nothing after it.
+    ModelOpt binds a StreamHandler to the sys.stdout of the moment it is imported (a stage's log, closed when that
+    stage ends): each later message went to the closed file, and Python printed "--- Logging error ---" with a
+    traceback into the next stage's log, a dozen per FP16 stage."""
+    if not _discard:
+        _discard.append(open(os.devnull, "w"))  # noqa: SIM115 - kept open for the process
+    for handler in _stream_handlers():
+        if handler.stream is _discard[0] or getattr(handler.stream, "closed", False):
+            _point(handler, sink)
+    try:
+        yield
+    finally:
+        for handler in _stream_handlers():  # those added during the block too
+            if handler.stream is sink:
+                _point(handler, _discard[0])
+
+
+def _stream_handlers() -> list[logging.StreamHandler]:
+    loggers = (logging.getLogger(), *logging.Logger.manager.loggerDict.values())
+    return [handler for logger in loggers if isinstance(logger, logging.Logger) for handler in logger.handlers if type(handler) is logging.StreamHandler]
+
+
+def _point(handler: logging.StreamHandler, stream) -> None:
+    """handler.setStream without its flush of the old stream (closed: the flush raises)."""
+    with handler.lock:
+        handler.stream = stream
 
 
 @contextlib.contextmanager
