@@ -61,6 +61,7 @@ def test_a_fixed_stage_count_keeps_its_lists_at_their_length(tmp_path, model_typ
         ("swin", {"num_layers": 2, "depths": [1, 1], "num_heads": [3, 6]}),  # one head count per stage, not init's 4
         ("xlnet", {"d_model": 64, "n_head": 4, "d_head": 16}),  # d_head 64 by default; no position limit (max_position_embeddings -1)
         ("funnel", {"d_head": 16, "block_sizes": [4, 4]}),  # and two base classes: from_config needs the first named
+        ("glm4_moe_lite", {"num_attention_heads": 4, "num_key_value_heads": 4}),  # latent attention: every query head has its keys and values
     ],
 )
 def test_init_cuts_per_stage_and_per_layer_fields_together(tmp_path, model_type, expected):
@@ -128,6 +129,21 @@ def test_init_caps_the_image_of_a_small_config_and_its_export_runs(tmp_path):
     assert [s.shape for s in profile.inputs] == [["batch", 3, 224, 224]]
     result = export_model(profile, tmp_path / "m.onnx", exporter="torchscript")
     assert result.outputs == ["last_hidden_state", "pooler_output"]
+
+
+def test_a_mixture_of_experts_whose_routing_cannot_run_on_meta_is_tried_on_the_cpu(monkeypatch):
+    """init first looks for a KV cache on the meta device; a MoE's routing cannot run there and read as no cache, so a
+    small MoE over CPU_TRY_PARAMETERS (axk1's, 77M) got an encoder's dims, which init then refused itself. Here the
+    limit is lowered to put Mixtral's small config over it."""
+    import transformers
+
+    from pipeline.models import starter
+    from pipeline.models.size import small_config_fields
+
+    config = transformers.AutoConfig.for_model("mixtral", **small_config_fields(transformers.AutoConfig.for_model("mixtral")))
+    monkeypatch.setattr(starter, "CPU_TRY_PARAMETERS", 0)
+    assert starter._returns_cache(transformers.MixtralModel, config, small=True)
+    assert not starter._returns_cache(transformers.MixtralModel, config, small=False)  # a real-sized config is not built
 
 
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):

@@ -74,6 +74,8 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
                               and not isinstance(getattr(type(config), names[key], None), property)}  # computed (falcon's head_dim)
     if getattr(config, "num_key_value_heads", None) is None:  # a model without GQA takes no such key
         fields.pop(names["num_key_value_heads"], None)
+    elif defaults.get("kv_lora_rank") and names["num_key_value_heads"] in fields:  # multi-head latent attention (DeepSeek-V2):
+        fields[names["num_key_value_heads"]] = fields[names["num_attention_heads"]]  # its keys and values have every query head
     if cut_lists:
         fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
     head_dim = SMALL_CONFIG["hidden_size"] // SMALL_CONFIG["num_attention_heads"]
