@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +36,8 @@ START, END = "<!-- hf_sweep table start -->", "<!-- hf_sweep table end -->"
 # position offsets) and one plain encoder, decoder and vision model.
 SAMPLE = ["bert", "gpt2", "vit", "gpt_neo", "gptj", "segformer", "convnext", "swin", "xlm-roberta", "mpnet"]
 STAGES = ("export", "optimize", "fp16", "int8")
+# the commit the rows of this run ran on (rows of earlier runs keep theirs; the first 128 rows have none: the file's `code` says)
+COMMIT = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip() or "unknown"
 INIT_SECONDS, BUILD_SECONDS = 360, 1800  # init refuses past its own budget (300 s, pipeline/models/trial.py); this is a backstop
 
 
@@ -79,7 +82,7 @@ def sweep_one(model_type: str, task: str, build: bool, until: str = "int8") -> d
     with tempfile.TemporaryDirectory() as tmp:
         profile = Path(tmp) / f"{model_type}.toml"
         status, line, _, seconds = pipeline_command(["init", "--hf", model_type, "--task", task, "-o", str(profile)], INIT_SECONDS)
-        record = {"task": task, "init": {"status": status, "line": line, "seconds": round(seconds, 1)}}
+        record = {"task": task, "commit": COMMIT, "init": {"status": status, "line": line, "seconds": round(seconds, 1)}}
         if not build or status != "ok":
             return record
         status, line, run, seconds = pipeline_command(["build", "--profile", str(profile), "--fp16", "--int8", "--until", until,
@@ -130,9 +133,12 @@ def table(results: dict) -> str:
     lines = [f"transformers {results['transformers']}: {len(runs)} model types swept of the {results['types_supported']} `init` supports. "
              + "; ".join(f"{command}: " + ", ".join(f"{n} {status}" for status, n in sorted(c.items())) for command, c in counts.items() if c) + ".", ""]
     code = results.get("code")
-    if code:  # which commit each row ran on, where the file records it
-        lines[0] += (f" Run at commit {code['commit']}; {', '.join(code['rerun_at']['types'])} rerun at {code['rerun_at']['commit']} "
-                     f"({code['rerun_at']['why']}); {code['since']}.")
+    if code:  # which commit the rows without their own ran on
+        lines[0] += (f" Rows without a commit of their own ran at commit {code['commit']}; {', '.join(code['rerun_at']['types'])} rerun at "
+                     f"{code['rerun_at']['commit']} ({code['rerun_at']['why']}); {code['since']}.")
+    commits = [r["commit"] for r in runs.values() if "commit" in r]
+    if commits:
+        lines[0] += " " + ", ".join(f"{n} rows ran at {commit}" for commit, n in sorted(Counter(commits).items())) + "."
     built = {t: r for t, r in runs.items() if "build" in r}
     if built:
         lines += ["| model type | task | build | " + " | ".join(STAGES) + " | s (init + build) | why not |", "|---|---|---|" + "---|" * len(STAGES) + "---|---|"]
