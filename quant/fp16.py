@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.core.errors import CapabilityMissing, InputError, StageFailed
+from pipeline.core.errors import CapabilityMissing, InputError, StageFailed, first_line
 from pipeline.core.onnxfile import atomic_onnx, save_onnx
 
 if TYPE_CHECKING:
@@ -103,6 +103,14 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
             reruns += 1
 
 
+def _reference_run_errors() -> tuple[type[Exception], ...]:
+    """What AutoCast's reference run raises when onnxruntime cannot run the model on its inputs (none is a RuntimeError)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
+    from polygraphy.exception import PolygraphyException
+
+    return (ort_errors.Fail, ort_errors.InvalidArgument, ort_errors.RuntimeException, ort_errors.NotImplemented, PolygraphyException)
+
+
 def _alike(source: Path, name: str) -> list[str]:
     """The node `name` of `source` and every other of its op type and attributes: onnxruntime lacks their kernel too
     (JetMoE's six ScatterND adds, one conversion instead of six)."""
@@ -136,6 +144,11 @@ def _convert_once(source: Path, target: Path, low_precision_type: str, op_types_
             )
     except (ValueError, KeyError) as err:
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
+    except _reference_run_errors() as err:  # onnxruntime's and Polygraphy's, from AutoCast's FP32 reference run
+        hint = ("it ran the model on random inputs: a model whose inputs must agree (a decoder's attention mask with its cache) "
+                "needs the profile's, pass --profile" if reference_feeds is None else "report it with the model")
+        raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast's FP32 reference run of {source} failed ({type(err).__name__}: "
+                          f"{first_line(err)}); {hint}") from err
     repaired = repair_placeholder_dims(model, onnx.load(str(source), load_external_data=False))
     session, checked, why_unchecked = None, [], None
     with atomic_onnx(target) as tmp:

@@ -92,3 +92,22 @@ def test_fp16_keeps_in_fp32_the_nodes_onnxruntime_has_no_fp16_kernel_for_and_tho
     assert types["once"] == types["twice"] == TensorProto.FLOAT
     [reference], [fp16] = run_onnx(source, x), run_onnx(tmp_path / "model.fp16.onnx", x)
     np.testing.assert_allclose(fp16, reference, rtol=2e-3, atol=2e-3)
+
+
+def test_autocast_reference_run_failing_on_its_random_inputs_is_a_failed_stage_naming_the_fix(tmp_path):
+    """`quantize --fp16` without --profile on JetMoE's decoder: AutoCast ran it on random inputs, onnxruntime refused them
+    (an index past its table) and the error surfaced as an internal error."""
+    from pipeline.core.errors import StageFailed
+    from quant.fp16 import convert_fp16
+
+    weight = numpy_helper.from_array(np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["scaled"], name="mul"),
+             helper.make_node("Reshape", ["scaled", "shape"], ["y"], name="reshape")]  # [0, 0] keeps the shape; AutoCast's random 0/1 do not
+    graph = helper.make_graph(nodes, "reshape", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64]),
+                                                 helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    source = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(source))
+    with pytest.raises(StageFailed, match=r"^fp16: ModelOpt AutoCast's FP32 reference run of .* failed \(.*\); it ran the model on random inputs.*pass --profile$"):
+        convert_fp16(source, tmp_path / "model.fp16.onnx", [], [], [{"x": np.ones((4, 64), np.float32), "shape": np.zeros(2, np.int64)}])
+    assert not (tmp_path / "model.fp16.onnx").exists()

@@ -260,7 +260,8 @@ def autocast_line(label: str, request: QuantizeRequest, result) -> str:
         checked = result.unchecked
     else:
         checked = "not run: the source runs at none of the zero-filled shapes; pass --profile to check at its shapes"
-    return f"wrote {request.output}: {result.nodes} nodes, {label} (AutoCast, providers {result.providers}); {checked}"
+    return (f"wrote {request.output}: {result.nodes} nodes, {label} (AutoCast, providers {result.providers}); "
+            f"{kernel_note(kernel_metrics(result), label)}{checked}")
 
 
 def ptq_command_line(label: str, request: QuantizeRequest, result, origin: str) -> str:
