@@ -146,6 +146,24 @@ def test_a_mixture_of_experts_whose_routing_cannot_run_on_meta_is_tried_on_the_c
     assert not starter._returns_cache(transformers.MixtralModel, config, small=False)  # a real-sized config is not built
 
 
+def test_a_cache_shared_by_the_last_layers_is_scaled_to_the_small_depth_and_refused_by_name(tmp_path):
+    """Gemma 3n: its last 15 of 35 layers reuse an earlier layer's cache. Kept at 15 against 2 layers, every layer shared
+    one and the config refused itself ("The set of layer types producing a cache is different ..."). Scaled, the small
+    model runs, returning a cache whose second layer is a DummyLayer, which the with-past export refuses by name."""
+    import transformers
+
+    from pipeline.models.size import small_config_fields
+
+    fields = small_config_fields(transformers.AutoConfig.for_model("gemma3n_text"))
+    assert fields["num_kv_shared_layers"] == 1 and fields["num_hidden_layers"] == 2
+    config = transformers.AutoConfig.for_model("gemma3n_text", **fields)
+    assert [type(layer).__name__ for layer in transformers.AutoModel.from_config(config)(input_ids=torch.ones(1, 4, dtype=torch.long),
+                                                                                          use_cache=True).past_key_values.layers][1] == "DummyLayer"
+    made = run_cli("init", "--hf", "gemma3n_text", "-o", str(tmp_path / "g.toml"))
+    assert made.returncode == 2 and len(made.stderr.strip().splitlines()) == 1 and not (tmp_path / "g.toml").exists(), made.stderr
+    assert "reuses an earlier layer's cache (KV sharing)" in made.stderr
+
+
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
     """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
     with pytest.raises(InputError) as refused:

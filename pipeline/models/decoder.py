@@ -95,8 +95,10 @@ def cache_layout(model: Any, cache: Any = None) -> list[CacheLayer]:
     for index, layer in enumerate(layers):
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if getattr(keys, "ndim", 0) != 4 or getattr(values, "ndim", 0) != 4:
+            kind = ("a layer that reuses an earlier layer's cache (KV sharing), which the with-past export does not take yet"
+                    if type(layer).__name__ == "DummyLayer" else "a state-space or linear-attention layer?")
             raise ProfileError(f"{name}: layer {index} of its cache is a {type(layer).__name__} without key and value tensors "
-                               '[batch, heads, tokens, head_dim] (a state-space or linear-attention layer?); set [export] cache = "none"')
+                               f'[batch, heads, tokens, head_dim] ({kind}); set [export] cache = "none"')
     layout = [CacheLayer(layer.keys.shape[1], layer.keys.shape[3], layer.values.shape[1], layer.values.shape[3],
                          str(layer.keys.dtype).removeprefix("torch."), getattr(layer, "sliding_window", None) if getattr(layer, "is_sliding", False) else None)
               for layer in layers]

@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 from pipeline.core.errors import ProfileError
-from pipeline.core.memory import available_bytes
+from pipeline.core.memory import available_bytes, gib
 
 # Peak resident memory the export stage adds, over the FP32 weights' bytes (the model, the traced
 # program, the ONNX proto and its file, the onnxruntime session that verifies it): 6.7x measured on
@@ -53,6 +53,9 @@ SMALL_STAGES = SMALL_CONFIG["num_hidden_layers"]
 SMALL_IMAGE = 224
 # List fields a config computes from the others (from depths, num_hidden_layers): never written.
 DERIVED_LISTS = {"stage_names", "out_features", "out_indices", "attention_layers"}
+# Counts of the last layers that reuse an earlier layer's cache instead of making their own (Gemma 3n's
+# num_kv_shared_layers, 15 of 35): scaled to the small depth, at least one layer sharing and one making a cache.
+SHARED_CACHE_LAYERS = ("num_kv_shared_layers",)
 
 
 def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
@@ -78,6 +81,7 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
         fields[names["num_key_value_heads"]] = fields[names["num_attention_heads"]]  # its keys and values have every query head
     if cut_lists:
         fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
+    fields.update(_shared_cache_layers(defaults, fields.get(names["num_hidden_layers"]), getattr(config, "num_hidden_layers", None)))
     head_dim = SMALL_CONFIG["hidden_size"] // SMALL_CONFIG["num_attention_heads"]
     for key, value in defaults.items():
         if _is_head_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:
@@ -105,6 +109,16 @@ def per_layer_fields(defaults: dict[str, Any], fields: dict[str, Any], layers: A
         if like in overrides:
             kept[str(index)] = {key: _scaled(value, defaults.get(key), fields[key]) if key in fields else value for key, value in overrides[like].items()}
     return kept
+
+
+def _shared_cache_layers(defaults: dict[str, Any], layers: Any, default_layers: Any) -> dict[str, int]:
+    """SHARED_CACHE_LAYERS the config has, scaled from its `default_layers` to the small config's `layers`: the default 15
+    of 35 against 2 layers made every layer a sharing one, and Gemma 3n's config refused it ("The set of layer types
+    producing a cache is different than the set of layer types using them")."""
+    if not all(isinstance(n, int) and n > 1 for n in (layers, default_layers)):
+        return {}
+    return {key: min(max(1, value * layers // default_layers), layers - 1) for key in SHARED_CACHE_LAYERS
+            if isinstance(value := defaults.get(key), int) and not isinstance(value, bool) and value > 0}
 
 
 def _mrope_fields(config_class: type, defaults: dict[str, Any], head_dim: int) -> dict[str, Any]:
@@ -209,12 +223,8 @@ def check_fits(auto_class: Any, config: Any, where: str, available: int | None =
     if weights * EXPORT_MEMORY_FACTOR > available:
         keys = ", ".join(small_config_fields(config)) or "its size keys"
         raise ProfileError(
-            f"{where}: the model has {parameters / 1e6:,.0f}M parameters, {_gib(weights)} of FP32 weights, and its export needs about "
-            f"{EXPORT_MEMORY_FACTOR}x that ({_gib(weights * EXPORT_MEMORY_FACTOR)}); this machine has {_gib(available)} available. "
+            f"{where}: the model has {parameters / 1e6:,.0f}M parameters, {gib(weights)} of FP32 weights, and its export needs about "
+            f"{EXPORT_MEMORY_FACTOR}x that ({gib(weights * EXPORT_MEMORY_FACTOR)}); this machine has {gib(available)} available. "
             f"Shrink the config ({keys}) or export on a larger machine"
         )
     return parameters
-
-
-def _gib(size: int) -> str:
-    return f"{size / 2**30:.1f} GiB"
