@@ -1,6 +1,17 @@
 """Precision stages: FP16 (ModelOpt AutoCast), INT8 Q/DQ (ModelOpt PTQ), calibration data, Q/DQ lint."""
 
 import sys
+from pathlib import Path
+
+# The least peak resident memory each ModelOpt step took over the bytes of the FP32 model it was given, the step alone in
+# a process, on the models of each kind measured (bench/results/modelopt_memory.json; a decoder is a model with a KV
+# cache: the one measured took half as much again as the encoder): a model whose bytes times this exceed the memory
+# available cannot fit. FP8 calibrates as INT8 does.
+MODELOPT_LEAST_PEAK = {
+    "decoder": {"autocast": 15, "int8": 21, "fp8": 21, "int4": 15},
+    "other": {"autocast": 9, "int8": 13, "fp8": 13, "int4": 9},
+}
+MODELOPT_STEPS = {"autocast": "AutoCast", "int8": "INT8 calibration", "fp8": "FP8 calibration", "int4": "INT4 weight quantization"}
 
 
 def silence_lief_leak_report() -> None:
@@ -19,3 +30,24 @@ def before_modelopt() -> None:
 
     silence_lief_leak_report()
     without_stray_files()
+
+
+def check_room_for_modelopt(source: Path, step: str, stage: str) -> None:
+    """Fail the stage before ModelOpt's `step` runs on `source` where it cannot fit in the memory available now
+    (MODELOPT_LEAST_PEAK): one line, instead of the kernel killing the whole build part way."""
+    import onnx
+
+    from pipeline.core.errors import StageFailed
+    from pipeline.core.generation import PAST_INPUT
+    from pipeline.core.memory import available_bytes, gib
+    from pipeline.core.onnxfile import stored_bytes
+
+    model = onnx.load(str(source), load_external_data=False)
+    kind = "decoder" if any(PAST_INPUT.fullmatch(value.name) for value in model.graph.input) else "other"
+    weights, available = stored_bytes(source, model), available_bytes()
+    factor = MODELOPT_LEAST_PEAK[kind][step]
+    if factor * weights > available:
+        raise StageFailed(f"{stage}: ModelOpt's {MODELOPT_STEPS[step]} needs at least {gib(factor * weights)} of memory for {source.name} "
+                          f"({factor}x its {gib(weights)}, the least it took on a model of this kind ({kind}) in bench/results/modelopt_memory.json) "
+                          f"and this machine has {gib(available)} available; run this stage on a machine with more memory free "
+                          f"(our Docker image), or leave out --{stage}")

@@ -89,6 +89,9 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
     for in the low precision is kept in FP32 with those like it and the conversion rerun, at most MAX_KERNEL_RERUNS times."""
     import dataclasses
 
+    from quant import check_room_for_modelopt
+
+    check_room_for_modelopt(source, "autocast", low_precision_type)
     kept: list[str] = []
     reruns = 0
     while True:

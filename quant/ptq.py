@@ -63,8 +63,9 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
     from modelopt.onnx.quantization import quantize
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
-    from quant import before_modelopt
+    from quant import before_modelopt, check_room_for_modelopt
 
+    check_room_for_modelopt(source, arguments["quantize_mode"], stage)
     model = model if model is not None else load_onnx(source)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
     before_modelopt()  # lief is imported with modelopt.onnx.quantization, just above

@@ -95,6 +95,11 @@ def available_bytes() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def gib(size: float) -> str:
+    """A size in bytes as the memory lines say it."""
+    return f"{size / 2**30:.1f} GiB"
+
+
 def split_rows(feeds: dict[str, np.ndarray], rows: int) -> list[dict[str, np.ndarray]]:
     """`feeds` as runs of at most `rows` rows each (one run when they all fit)."""
     total = len(next(iter(feeds.values())))

@@ -185,6 +185,16 @@ def external_tensors(model) -> list[tuple[str, str, int, int | None]]:
     return found
 
 
+def stored_bytes(path: Path, model=None) -> int:
+    """Bytes of an ONNX file and of the external data files its weights are in: the model as stored (`model`: the file
+    parsed without its weights, where the caller has it)."""
+    import onnx
+
+    model = model if model is not None else onnx.load(str(path), load_external_data=False)
+    locations = dict.fromkeys(location for _, location, _, _ in external_tensors(model))
+    return path.stat().st_size + sum((path.parent / location).stat().st_size for location in locations if (path.parent / location).is_file())
+
+
 def check_external_data(tensors: list[tuple[str, str, int, int | None]], model_path: Path) -> None:
     """Each external weight's file exists beside the model, inside its folder, and holds its bytes."""
     folder = model_path.resolve().parent

@@ -25,7 +25,7 @@ def run_at_max(model_name: str, bound: Any, profile: Profile, batch_one: bool = 
     (where the peak cannot be reset, outside Linux, no projection is made)."""
     import torch
 
-    from pipeline.core.memory import available_bytes
+    from pipeline.core.memory import available_bytes, gib
     from pipeline.core.rss import peak_rss_mb, reset_peak
     from pipeline.core.samples import make_inputs
 
@@ -44,8 +44,8 @@ def run_at_max(model_name: str, bound: Any, profile: Profile, batch_one: bool = 
         return
     available = available_bytes()
     if measured and grown * batch_max > available:
-        raise InputError(f"running {model_name} at batch {batch_max}{', ' if dims else ''}{dims} would need about {grown * batch_max / 2**30:.1f} GiB "
-                         f"({grown / 2**20:,.0f} MiB at batch 1, x{batch_max}); this machine has {available / 2**30:.1f} GiB available: "
+        raise InputError(f"running {model_name} at batch {batch_max}{', ' if dims else ''}{dims} would need about {gib(grown * batch_max)} "
+                         f"({grown / 2**20:,.0f} MiB at batch 1, x{batch_max}); this machine has {gib(available)} available: "
                          "write the profile's config and [dims] by hand, smaller (see docs/models.md)")
     with step(f"running {model_name} at batch {batch_max}{', ' if dims else ''}{dims}"):
         run(None)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import InputError
@@ -72,13 +71,6 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
         report = build_report(plan, graph)
     found = vars(report) | {"verdict": f"predicted {report.verdict}", "findings": _findings(reasons) + report.findings}
     return Prediction(**found, target=target, reasons=reasons, graph=graph)
-
-
-def predict_file(path: Path | str, rules: PlacementRules = CNN_RULES, precision: str = "auto", trt_major: int = 10,
-                 max_sequence: int | None = None) -> Prediction:
-    from pipeline.core.onnxfile import load_onnx
-
-    return predict(load_onnx(path, weights=True), rules, precision, trt_major, max_sequence, str(path))
 
 
 def _findings(reasons: list) -> list[str]:

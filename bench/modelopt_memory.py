@@ -1,0 +1,166 @@
+"""ModelOpt's peak memory over the bytes of the FP32 model it is given: the factors behind the check that fails a
+precision stage before ModelOpt runs where it cannot fit (quant/__init__.py, MODELOPT_LEAST_PEAK).
+
+Each step alone in a process, as the stage calls it, on the optimized model a build wrote:
+  fp16  ModelOpt AutoCast (`convert_to_mixed_precision`, FP16, keep_io_types), fed the stage's reference feeds (an
+        encoder has none: AutoCast's own random inputs, as in the stage)
+  int8  ModelOpt `quantize(quantize_mode="int8")` with the stage's arguments (its preset's plan), fed its calibration
+  int4  ModelOpt `quantize(quantize_mode="int4", awq_clip)`, fed the stage's calibration
+The models, of the two kinds the check tells apart: a BERT-base encoder ("other": its published sizes, random
+weights, batch up to 8, seq 128), and a decoder with its KV cache, bench/sizes.py's direct runs of a
+118M-parameter Qwen2 (bench/results/sizes.json), the same steps (its INT4 run takes half an hour here): read from
+that file, not rerun. The factor: the process's peak RSS over the model's bytes (file and external data). Ratios,
+not absolute figures, are the result.
+
+Run: python bench/modelopt_memory.py     -> bench/results/modelopt_memory.json and the table in docs/performance.md
+     (about 30 minutes on 2 cores, most of it INT4's AWQ)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "modelopt_memory.json"
+SIZES = REPO / "bench" / "results" / "sizes.json"
+DOCS = REPO / "docs" / "performance.md"
+START, END = "<!-- modelopt_memory table start -->", "<!-- modelopt_memory table end -->"
+STEPS = ("fp16", "int8", "int4")
+BERT_BASE = dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, max_position_embeddings=512)
+PROFILE = """name = "bert-base"
+[model]
+task = "base"
+[model.hf_config]
+{config}
+
+[dims.batch]
+min = 1
+opt = 4
+max = 8
+
+[dims.seq]
+min = 1
+opt = 128
+max = 128
+
+[[inputs]]
+name = "input_ids"
+dtype = "int64"
+shape = ["batch", "seq"]
+range = [0, 30522]
+
+[[inputs]]
+name = "attention_mask"
+dtype = "int64"
+shape = ["batch", "seq"]
+range = [1, 2]
+"""
+
+STEP = '''
+import json, re, resource, sys, time
+from pathlib import Path
+step, folder = sys.argv[1], Path(sys.argv[2])
+manifest = json.loads((folder / "out" / "manifest.json").read_text())
+optimized = folder / "out" / next(r for r in manifest["stages"] if r["name"] == "optimize")["outputs"]["onnx"]
+import numpy as np
+from pipeline.core.profiles import load_profile
+from pipeline.core.samples import split
+from pipeline.stages.shared import calibration, max_sequence
+profile = load_profile(str(folder / "p.toml"))
+if step == "fp16":
+    from pipeline.models.decoder import autocast_feeds
+    feeds = autocast_feeds(profile)  # None: an encoder, AutoCast's own random inputs
+    if feeds is not None:
+        np.savez(folder / "feeds.npz", **feeds)
+    from modelopt.onnx.autocast import convert_to_mixed_precision
+    convert_to_mixed_precision(onnx_path=str(optimized), low_precision_type="fp16", keep_io_types=True, providers=["cpu"],
+                               calibration_data=None if feeds is None else str(folder / "feeds.npz"))
+else:
+    import onnx
+    from modelopt.onnx.quantization import quantize
+    from quant.calibration import calibration_reader
+    from quant.presets import plan_preset, resolve_preset
+    data, batch, _ = calibration(profile, None, optimized)
+    extra = {"calibration_method": "awq_clip"}
+    if step == "int8":
+        model = onnx.load(str(optimized), load_external_data=False)
+        plan = plan_preset(resolve_preset(profile.quant.preset, model), model, max_sequence(profile))
+        extra = {"op_types_to_quantize": plan.op_types_to_quantize, "disable_mha_qdq": plan.disable_mha_qdq,
+                 "nodes_to_exclude": [re.escape(n) + "$" for n in plan.nodes_to_exclude] or None}
+        del model
+    quantize(onnx_path=str(optimized), quantize_mode=step, calibration_data_reader=calibration_reader(split(data, batch), lambda *_: None),
+             calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(folder / "direct.onnx"), log_level="ERROR", **extra)
+print(json.dumps({"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+'''
+
+
+def encoder_rows(folder: Path) -> dict:
+    """The BERT-base encoder's steps: built up to its optimized model, then each step in a process of its own."""
+    from pipeline.core.onnxfile import stored_bytes
+
+    config = "\n".join(f"{key} = {json.dumps(value)}" for key, value in BERT_BASE.items())
+    (folder / "p.toml").write_text(PROFILE.format(config=config))
+    subprocess.run([sys.executable, "-m", "pipeline", "build", "--profile", str(folder / "p.toml"), "--until", "optimize",
+                    "--out", str(folder / "out")], cwd=REPO, check=True)
+    manifest = json.loads((folder / "out" / "manifest.json").read_text())
+    optimized = folder / "out" / next(r for r in manifest["stages"] if r["name"] == "optimize")["outputs"]["onnx"]
+    model_mb = stored_bytes(optimized) / 2**20
+    steps = {}
+    for step in STEPS:
+        run = subprocess.run([sys.executable, "-c", STEP, step, str(folder)], cwd=REPO, capture_output=True, text=True)
+        lines = run.stdout.strip().splitlines()
+        if run.returncode or not lines:
+            raise SystemExit(f"{step}: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+        peak = json.loads(lines[-1])["peak_rss_mb"]
+        steps[step] = {"peak_rss_mb": peak, "factor": round(peak / model_mb, 2)}
+        print("bert-base", step, steps[step], flush=True)
+    return {"kind": "other", "source": "this benchmark", "model_mb": round(model_mb, 1), "steps": steps}
+
+
+def decoder_rows() -> dict:
+    """The 118M-parameter Qwen2's direct steps, as bench/sizes.py recorded them (FP32 weights: parameters x 4 bytes)."""
+    record = json.loads(SIZES.read_text())["sizes"]["0.1b"]
+    model_mb = record["parameters"] * 4 / 2**20
+    steps = {step: {"peak_rss_mb": record["stages"][step]["direct"]["peak_rss_mb"],
+                    "factor": round(record["stages"][step]["direct"]["peak_rss_mb"] / model_mb, 2)} for step in STEPS}
+    return {"kind": "decoder", "source": "bench/results/sizes.json (0.1b, direct)", "model_mb": round(model_mb, 1), "steps": steps}
+
+
+def table(results: dict) -> str:
+    lines = ["| model | kind | FP32 model GB | AutoCast FP16 | INT8 calibration | INT4 AWQ | measured by |", "|---|---|---|---|---|---|---|"]
+    for name, model in results["models"].items():
+        cells = " | ".join(f"{model['steps'][step]['factor']:.1f}x ({model['steps'][step]['peak_rss_mb'] / 1024:.2f} GB)" for step in STEPS)
+        lines.append(f"| {name} | {model['kind']} | {model['model_mb'] / 1024:.2f} | {cells} | {model['source']} |")
+    return "\n".join(lines) + "\n\nThe check's factor for a kind is the least over its models, rounded down.\n"
+
+
+def write_docs(results: dict) -> None:
+    text = DOCS.read_text()
+    start, end = text.index(START), text.index(END)
+    DOCS.write_text(text[: start + len(START)] + "\n" + table(results) + text[end:])
+
+
+def main() -> None:
+    import os
+    import platform
+
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {"bert-base": encoder_rows(Path(tmp)), "qwen2-0.1b": decoder_rows()}
+    least = {kind: {step: min(m["steps"][step]["factor"] for m in models.values() if m["kind"] == kind) for step in STEPS}
+             for kind in dict.fromkeys(m["kind"] for m in models.values())}
+    results = {"benchmark": __doc__.split("\n\n")[0], "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+               "models": models, "least_factor": least}
+    from pipeline.core.fileio import write_json
+
+    write_json(RESULTS, results)
+    write_docs(results)
+    print(json.dumps(least))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""A precision stage whose ModelOpt step cannot fit in the memory available fails before ModelOpt runs (issue 33:
+a 0.5B decoder's AutoCast and calibration were killed by the kernel part way through the build), with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import REPO, SMALL_MLP_PROFILE, TESTS
+from onnx import TensorProto, helper, numpy_helper
+
+import quant
+from pipeline.core import memory
+from pipeline.core.errors import StageFailed
+from pipeline.core.onnxfile import EXTERNAL_DATA_ENV, save_onnx, stored_bytes
+
+
+def _matmul_model(rows: int = 256) -> onnx.ModelProto:
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((rows, 64)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [weight])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_stored_bytes_count_the_weights_wherever_they_are(tmp_path, monkeypatch, external):
+    if external:
+        monkeypatch.setenv(EXTERNAL_DATA_ENV, "0")
+    save_onnx(_matmul_model(), tmp_path / "m.onnx")
+    files = [tmp_path / "m.onnx", *([tmp_path / "m.onnx.data"] if external else [])]
+    assert all(f.is_file() for f in files)
+    assert stored_bytes(tmp_path / "m.onnx") == sum(f.stat().st_size for f in files) >= 256 * 64 * 4
+
+
+@pytest.mark.parametrize("kind", ["other", "decoder"])
+def test_the_check_compares_the_least_measured_peak_of_the_kind_with_the_memory_available(tmp_path, monkeypatch, kind):
+    model = _matmul_model()
+    if kind == "decoder":  # a model with a KV cache input
+        model.graph.input.append(helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, [1, 2, 0, 16]))
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    needed = quant.MODELOPT_LEAST_PEAK[kind]["int8"] * stored_bytes(tmp_path / "m.onnx")
+    monkeypatch.setattr(memory, "available_bytes", lambda: needed)
+    quant.check_room_for_modelopt(tmp_path / "m.onnx", "int8", "int8")
+    monkeypatch.setattr(memory, "available_bytes", lambda: needed - 1)
+    with pytest.raises(StageFailed, match=r"^int8: ModelOpt's INT8 calibration needs at least \d+\.\d GiB of memory for m\.onnx "
+                                          rf"\({quant.MODELOPT_LEAST_PEAK[kind]['int8']}x its 0\.0 GiB, the least it took on a model of this "
+                                          rf"kind \({kind}\) in bench/results/modelopt_memory\.json\) and this machine has \d+\.\d GiB "
+                                          r"available; .*\(our Docker image\), or leave out --int8$"):
+        quant.check_room_for_modelopt(tmp_path / "m.onnx", "int8", "int8")
+
+
+def test_every_modelopt_step_has_the_factor_measured_for_each_kind():
+    """The factors are the benchmark's results (least over each kind's models), rounded down, not set by hand."""
+    recorded = json.loads((REPO / "bench" / "results" / "modelopt_memory.json").read_text())["least_factor"]
+    steps = {"autocast": "fp16", "int8": "int8", "fp8": "int8", "int4": "int4"}  # FP8 calibrates as INT8 does
+    assert {kind: {step: int(recorded[kind][measured]) for step, measured in steps.items()} for kind in recorded} == quant.MODELOPT_LEAST_PEAK
+    assert all(set(factors) == set(quant.MODELOPT_STEPS) for factors in quant.MODELOPT_LEAST_PEAK.values())
+
+
+NO_ROOM = """
+import sys
+import quant
+for factors in quant.MODELOPT_LEAST_PEAK.values():
+    factors.update({step: 10**9 for step in factors})  # no machine has room for it (the model is a few kB)
+from pipeline.cli import main
+sys.argv = ["pipeline", *sys.argv[1:]]
+main()
+"""
+
+
+def test_the_precision_stages_fail_before_modelopt_runs_where_it_cannot_fit(tmp_path):
+    (tmp_path / "small.toml").write_text(SMALL_MLP_PROFILE.replace("[quant]", '[quant]\nint4_method = "rtn_dq"  # AWQ cannot quantize a Gemm with transB=1'))
+    run = subprocess.run([sys.executable, "-c", NO_ROOM, "build", "--profile", "small.toml", "--fp16", "--int8", "--int4", "--until", "int4",
+                          "--out", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "COLUMNS": "200"})
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    stages = {s["name"]: s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["stages"]}
+    for stage, step in (("fp16", "AutoCast"), ("int8", "INT8 calibration"), ("int4", "INT4 weight quantization")):
+        assert stages[stage]["status"] == "failed"
+        assert stages[stage]["reason"].startswith(f"{stage}: ModelOpt's {step} needs at least ")
+        assert stages[stage]["reason"].endswith(f"or leave out --{stage}")
+    assert stages["optimize"]["status"] == "done"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".") or "fp16" in p.name or "int" in p.name) == []
