@@ -24,7 +24,7 @@ from pipeline.core.onnxfile import atomic_onnx, external_data_threshold, ir_weig
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
-from pipeline.core.verify import OnnxSession
+from pipeline.core.verify import OnnxSession, run_failure
 from pipeline.export_failures import exporter_failure
 from pipeline.fixed_dims import DimFixed, check_dims, shape_guards
 from pipeline.models.decoder import derived_inputs
@@ -90,10 +90,34 @@ def _draws_random(path: Path, model_class: str) -> InputError | None:
 
 def export_unchecked(profile: Profile, output: Path, exporter: str) -> None:
     """The profile's model exported to `output` as export_model exports it, not checked against torch: init's trial of
-    an exporter (pipeline/models/starter.py), whose build checks it."""
+    an exporter (pipeline/models/starter.py), whose build checks it. A dim the graph runs at its opt size only is
+    refused as one the exporter fixed (DimFixed), so that init writes it static."""
     module, example, dynamic_shapes, profile = build_module(profile)
     with atomic_onnx(output) as tmp:
         _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, set())
+        fixed = _fixed_at_run(profile, OnnxSession(tmp, as_written=True), type(module).__name__)
+        if fixed is not None:
+            raise fixed
+
+
+def _fixed_at_run(profile: Profile, session: OnnxSession, model: str) -> DimFixed | None:
+    """The dim the graph runs at its opt size only (`_dim_the_graph_fixed`), where it runs at the opt sizes and not at one
+    of the export check's others; None otherwise (where it does not run at all, the build's check says why)."""
+    if not set(session.inputs) <= {spec.name for spec in profile.inputs}:
+        return None  # inputs the profile does not list: the build's check names them
+    opt, *others = check_sizes(profile)
+    if not _runs(session, profile, opt):
+        return None
+    failing = next((sizes for sizes in others if not _runs(session, profile, sizes)), None)
+    return None if failing is None else _dim_the_graph_fixed(profile, session, failing, model)
+
+
+def _runs(session: OnnxSession, profile: Profile, sizes: dict[str, int]) -> bool:
+    try:
+        session.run(make_inputs(profile, seed=0, dims=sizes))
+    except StageFailed:
+        return False
+    return True
 
 
 def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, profile: Profile, exporter: str, function_classes: set[type]) -> None:
@@ -313,7 +337,10 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
         feeds = make_inputs(profile, seed=1000 + i, dims=sizes)
         output = run_module(module, tuple(torch.from_numpy(a) for a in feeds.values()), profile)
         expected = {name: t.numpy() for name, t in flatten_outputs(output, profile)}
-        actual = session.run_named(feeds)
+        try:
+            actual = session.run_named(feeds)
+        except StageFailed as failed:
+            raise (i and _dim_the_graph_fixed(profile, session, sizes, type(module).__name__)) or failed from None
         if list(actual) != list(expected):
             raise StageFailed(f"export: the ONNX outputs {list(actual)} are not torch's {list(expected)} (input shapes {_shapes(feeds)}); "
                               "report this with the model")
@@ -336,6 +363,25 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
         checked.append(_shapes(feeds))
     model = onnx.load(str(onnx_path), load_external_data=False)
     return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked, list(expected))
+
+
+def _dim_the_graph_fixed(profile: Profile, session: OnnxSession, failing: dict[str, int], model: str) -> DimFixed | None:
+    """Which dim the exported graph takes at its opt size only, where it ran at the opt sizes and failed at `failing`: each
+    dim that differs is set alone to its failing size (xLSTM's graph computes an index from the batch the exporter saw, and
+    onnxruntime's Gather fails at any other); None when no single dim fails alone."""
+    opt = {name: d.opt for name, d in profile.dims.items()}
+    for name, size in failing.items():
+        if name not in opt or size == opt[name]:
+            continue
+        try:
+            session.run(make_inputs(profile, seed=0, dims={**opt, name: size}))
+        except StageFailed as failed:
+            declared = profile.dims[name]
+            return DimFixed(f"export: {model}'s exported graph runs at {name} = {opt[name]} but not at {name} = {size} although "
+                            f"[dims.{name}] is {declared.min}..{declared.max} (onnxruntime: {run_failure(failed.__cause__)}): the model's code "
+                            f"computes a size from it that the exporter kept as a number; set [dims.{name}] min = opt = max to the size you "
+                            "deploy (one engine per size), or try the other exporter (--exporter)", name, opt[name])
+    return None
 
 
 def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:

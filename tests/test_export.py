@@ -209,3 +209,32 @@ def test_a_forward_that_draws_random_numbers_is_refused_in_one_line(tmp_path, ex
     assert result.returncode == 2 and len(errors) == 1, result.stderr
     assert "Sequential's forward draws random numbers (RandomUniformLike node" in errors[0] and "Traceback" not in result.stderr
     assert not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_a_dim_the_exported_graph_takes_at_one_size_only_is_refused_by_name(tmp_path):
+    """xLSTM's exported graph ran at the profile's opt sizes and failed at the export check's others (onnxruntime's
+    Gather out of bounds): an index the exporter kept as a number. Each differing dim is tried alone and the one that
+    fails is named, as a dim the exporter fixed (exit 2), where before the line named a temporary file."""
+    from onnx import TensorProto, helper
+
+    from pipeline.core.verify import OnnxSession
+    from pipeline.export import _dim_the_graph_fixed
+    from pipeline.fixed_dims import DimFixed
+
+    index = helper.make_tensor("index", TensorProto.INT64, [], [100])  # runs while seq > 100 (opt 128), not at 64
+    graph = helper.make_graph([helper.make_node("Gather", ["x", "index"], ["y"], axis=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])], [index])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(tmp_path / "m.onnx"))
+    profile = load_profile(str(write_profile(tmp_path, 'name = "m"\n[model]\nfactory = "factories:small_mlp"\n[dims.batch]\nmin = 1\nopt = 4\n'
+                                                        'max = 16\n[dims.seq]\nmin = 8\nopt = 128\nmax = 512\n[[inputs]]\nname = "x"\n'
+                                                        'dtype = "float32"\nshape = ["batch", "seq"]\n')))
+    session = OnnxSession(tmp_path / "m.onnx")
+    with pytest.raises(StageFailed):
+        session.run(make_inputs(profile, seed=0, dims={"batch": 2, "seq": 64}))
+    fixed = _dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 64}, "M")
+    assert isinstance(fixed, DimFixed) and (fixed.dim, fixed.size) == ("seq", 128) and fixed.exit_code == 2
+    assert str(fixed).startswith("export: M's exported graph runs at seq = 128 but not at seq = 64 although [dims.seq] is 8..512 "
+                                 "(onnxruntime: Gather node")
+    assert "set [dims.seq] min = opt = max to the size you deploy" in str(fixed)
+    assert _dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 128}, "M") is None  # the batch alone runs

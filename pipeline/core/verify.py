@@ -37,7 +37,7 @@ class OnnxSession:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = 4  # errors are raised to us, and said in our one line
         level = ort.GraphOptimizationLevel
         options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written else level.ORT_ENABLE_BASIC
         # no arena: a session keeps its largest run's buffers in it (its memory pattern, even with arena shrinkage), so
@@ -70,7 +70,7 @@ class OnnxSession:
             return self.session.run(None, {name: feeds[name] for name in self.inputs}, run_options)
         except Exception as err:  # onnxruntime raises its own untyped errors
             shapes = {name: list(feeds[name].shape) for name in self.inputs}
-            raise StageFailed(f"{self.path}: onnxruntime cannot run it at input shapes {shapes}: {_run_failure(err)}") from err
+            raise StageFailed(f"{self.path}: onnxruntime cannot run it at input shapes {shapes}: {run_failure(err)}") from err
 
     def run_fitting(self, feeds: dict[str, np.ndarray], sized_by: Path, run_options=None) -> list[np.ndarray]:
         """`run`, in runs of fewer rows joined again where the whole batch would not fit in its share of the memory
@@ -104,7 +104,7 @@ def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
     return worst
 
 
-def _run_failure(err: Exception) -> str:
+def run_failure(err: Exception) -> str:
     """onnxruntime's run error as "<op> node '<name>': <message>" without its source locations."""
     text = " ".join(str(err).split())
     match = re.search(r"running (\w+) node\. Name:'([^']*)' Status Message: (.*)", text)
