@@ -164,6 +164,20 @@ def test_a_cache_shared_by_the_last_layers_is_scaled_to_the_small_depth_and_refu
     assert "reuses an earlier layer's cache (KV sharing)" in made.stderr
 
 
+def test_a_config_drawing_its_weights_near_zero_gets_the_usual_std(tmp_path):
+    """SAM's vision config defaults initializer_range to 1e-10: its random weights made every output near 1e-20, under
+    FP16's smallest value, and the FP16 check read cosine 0. The small config draws with 0.02, and the outputs are
+    of the size a LayerNorm gives."""
+    from pipeline.models.hf import load_hf_model
+
+    profile = init_profile(tmp_path, "sam_vision_model")
+    assert profile.model.hf_config["initializer_range"] == 0.02
+    feeds = {name: torch.from_numpy(array) for name, array in make_inputs(profile, seed=0).items()}
+    with torch.no_grad():
+        output = load_hf_model(profile)(**feeds).last_hidden_state
+    assert 0.1 < float(output.abs().max()) < 100
+
+
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
     """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
     with pytest.raises(InputError) as refused:

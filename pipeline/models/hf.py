@@ -21,7 +21,7 @@ from pipeline.core.errors import ProfileError, first_line
 from pipeline.core.modelsource import local_folder
 from pipeline.core.profiles import Profile
 from pipeline.models.decoder import prepare
-from pipeline.models.size import check_fits
+from pipeline.models.size import INIT_STD, check_fits
 
 AUTO_CLASSES = {
     "base": "AutoModel",
@@ -61,7 +61,7 @@ def load_hf_model(profile: Profile) -> Any:
         try:
             check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
-            draw_zero_tokens(model, getattr(config, "initializer_range", None) or TOKEN_STD)
+            draw_zero_tokens(model, getattr(config, "initializer_range", None) or INIT_STD)
             settle_batch_norm(model, profile)
         except ValueError as err:
             raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
@@ -110,7 +110,6 @@ def _name_first_architecture(auto: Any, config: Any) -> None:
         config.architectures = [classes[0].__name__]
 
 
-TOKEN_STD = 0.02  # the std ViT's init draws its class token and position embeddings with (its initializer_range)
 
 
 def draw_zero_tokens(model: Any, std: float) -> list[str]:

@@ -56,6 +56,10 @@ DERIVED_LISTS = {"stage_names", "out_features", "out_indices", "attention_layers
 # Counts of the last layers that reuse an earlier layer's cache instead of making their own (Gemma 3n's
 # num_kv_shared_layers, 15 of 35): scaled to the small depth, at least one layer sharing and one making a cache.
 SHARED_CACHE_LAYERS = ("num_kv_shared_layers",)
+# The weights' std most configs draw with (BERT's, ViT's, Llama's initializer_range). SAM's, BLIP's and GOT-OCR2's
+# vision configs default to 1e-10, a value only a checkpoint's loaded weights make harmless: drawn with it, SAM's vision
+# outputs came out near 1e-20, under FP16's smallest value (its FP16 check read cosine 0). A small config draws with this.
+INIT_STD = 0.02
 
 
 def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
@@ -82,6 +86,8 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     if cut_lists:
         fields.update(_shorter_lists(defaults, getattr(config, "num_hidden_layers", None)))
     fields.update(_shared_cache_layers(defaults, fields.get(names["num_hidden_layers"]), getattr(config, "num_hidden_layers", None)))
+    if isinstance(std := defaults.get("initializer_range"), float) and std < INIT_STD / 100:
+        fields["initializer_range"] = INIT_STD
     head_dim = SMALL_CONFIG["hidden_size"] // SMALL_CONFIG["num_attention_heads"]
     for key, value in defaults.items():
         if _is_head_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:
