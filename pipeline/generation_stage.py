@@ -20,6 +20,8 @@ GENERATION_INPUTS = ("export.*",)  # export.generation, present for a decoder on
 def tokens_note(metrics: dict[str, Any]) -> str:
     """For a stage's line: how many of a decoder's greedy tokens equal torch's ("" for an encoder)."""
     figures = metrics.get("generation")
+    if figures and "skipped" in figures:
+        return f", generation check skipped: {figures['skipped']}"
     return f", greedy tokens {figures['token_agreement']:.0%} as torch's" if figures else ""
 
 

@@ -72,7 +72,10 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
 
     def recorded(step: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds.append(dict(step))
-        return session.run_named(step)
+        outputs = session.run_named(step)
+        if "logits" in outputs and outputs["logits"].shape[-1] > high:  # scores over more than the tokens it takes (HiggsAudio's
+            outputs["logits"] = outputs["logits"][..., : int(high)]  # 8192 audio codebook entries, 1000 text tokens): picked among those
+        return outputs
 
     prompts = 0
     while len(feeds) < samples:

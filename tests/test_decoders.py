@@ -252,3 +252,19 @@ def test_int8_of_a_decoder_with_its_cache_keeps_the_generation(llama_export, fol
     reference, head = load_reference(folder / "llama.generation.npz")
     figures = compare(reference, greedy(OnnxSession(folder / "llama.int8.onnx").run_named, profile, embedding_head(onnx.load(str(source)))))
     assert figures["first_divergent_step"] != 0 and figures["token_agreement"] >= 0.5, figures
+
+
+def test_a_decoder_whose_logits_are_not_over_its_input_tokens_builds_without_the_greedy_check(tmp_path):
+    """HiggsAudio v2's causal-lm logits score 8192 audio codebook entries, its input_ids 1000 text tokens: the greedy
+    check fed its picks back and overran the embedding (build refused after init said fine). The check is skipped
+    with why, no reference is written, and INT8's calibration decodes among the tokens the model takes."""
+    made = run_cli("init", "--hf", "higgs_audio_v2", "-o", str(tmp_path / "h.toml"))
+    assert made.returncode == 0, made.stderr
+    built = run_cli("build", "--profile", str(tmp_path / "h.toml"), "--int8", "--until", "int8", "--out", str(tmp_path / "out"))
+    assert built.returncode == 0, built.stderr
+    stages = {s["name"]: s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["stages"]}
+    assert stages["export"]["metrics"]["generation"] == {
+        "skipped": "its logits score 8192 classes and input_ids takes 1000, so its picks cannot be fed back"}
+    assert "generation" not in stages["export"]["outputs"] and not (tmp_path / "out" / "model.generation.npz").exists()
+    assert stages["int8"]["status"] == "done" and "generation" not in stages["int8"]["metrics"]
+    assert "generation check skipped: its logits score 8192 classes" in built.stdout

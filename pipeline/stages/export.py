@@ -33,9 +33,10 @@ def run_export(job: Job) -> StageResult:
     if result.derived:  # a decoder's cache inputs: later stages use them (the runner applies them to the profile)
         metrics["derived_inputs"] = result.derived
     outputs = {"onnx": output}
-    if result.generation:  # a decoder: torch's greedy generation, the reference of later stages
+    if result.generation:  # a decoder: torch's greedy generation, the reference of later stages (unless skipped, and why)
         metrics["generation"] = result.generation
-        outputs["generation"] = reference
+        if "skipped" not in result.generation:
+            outputs["generation"] = reference
     return StageResult(outputs, metrics)
 
 
