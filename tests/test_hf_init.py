@@ -178,6 +178,20 @@ def test_a_config_drawing_its_weights_near_zero_gets_the_usual_std(tmp_path):
     assert 0.1 < float(output.abs().max()) < 100
 
 
+@pytest.mark.parametrize("model_type", ["videomae", "timesformer"])
+def test_a_video_model_takes_its_frames_before_the_channels(tmp_path, model_type):
+    """VideoMAE and TimeSformer take pixel_values [batch, frames, channels, height, width]: init wrote an image's 4-D
+    input and refused its own profile ("not enough values to unpack (expected 5, got 4)")."""
+    from pipeline.models.hf import load_hf_model
+
+    profile = init_profile(tmp_path, model_type)
+    frames = {"videomae": 16, "timesformer": 8}[model_type]
+    assert [list(spec.shape) for spec in profile.inputs] == [["batch", frames, 3, 224, 224]]
+    feeds = {name: torch.from_numpy(array) for name, array in make_inputs(profile, seed=0, dims={"batch": 1}).items()}
+    with torch.no_grad():
+        assert load_hf_model(profile)(**feeds).last_hidden_state.shape[0] == 1
+
+
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
     """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
     with pytest.raises(InputError) as refused:

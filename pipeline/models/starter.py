@@ -287,6 +287,10 @@ def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> 
     if "pixel_values" in accepted:
         size = getattr(config, "image_size", 224)
         size = size if isinstance(size, int) else size[0]
+        frames = getattr(config, "num_frames", None)
+        if isinstance(frames, int):  # a video model (VideoMAE, TimeSformer, ViViT): frames before channels, as they take them
+            pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", frames, config.num_channels, size, size]}
+            return {"batch": (1, 4, 16)}, [(pixels, f"videos of {frames} frames, each channels first")], False
         pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", config.num_channels, size, size]}
         return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
     if "input_ids" not in accepted:
