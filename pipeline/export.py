@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, PipelineError, StageFailed
+from pipeline.core.errors import InputError, PipelineError, StageFailed, first_line
 from pipeline.core.onnxfile import atomic_onnx, external_data_threshold, ir_weight_bytes, save_onnx
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
@@ -63,7 +63,11 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         status("verifying against torch on onnxruntime (CPU)")
         # one session for the file, the verification's and the generation check's; the graph as written: onnxruntime's
         # basic level folds a Pad(0) into the MaxPool after it, whose padding is -inf (BiT's stem: 3e-3 off torch)
-        session = OnnxSession(tmp, as_written=True)
+        try:
+            session = OnnxSession(tmp, as_written=True)
+        except InputError as failed:  # the exporter's file, not the user's
+            raise StageFailed(f"export: the {exporter} exporter wrote a graph onnxruntime cannot load ({first_line(failed.__cause__).replace(str(tmp), output.name)}); "
+                              "try the other exporter (--exporter)") from None
         try:
             result = _verify(profile, module, tmp, exporter, session)
         except StageFailed as failed:
@@ -354,7 +358,9 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
         try:
             actual = session.run_named(feeds)
         except StageFailed as failed:
-            raise (i and _dim_the_graph_fixed(profile, session, sizes, type(module).__name__)) or failed from None
+            fixed = i and _dim_the_graph_fixed(profile, session, sizes, type(module).__name__)
+            raise fixed or StageFailed(f"export: the {exporter} exporter's graph does not run on onnxruntime at input shapes {_shapes(feeds)} "
+                                       f"({run_failure(failed.__cause__)}); try the other exporter (--exporter)") from None
         if list(actual) != list(expected):
             raise StageFailed(f"export: the ONNX outputs {list(actual)} are not torch's {list(expected)} (input shapes {_shapes(feeds)}); "
                               "report this with the model")

@@ -238,3 +238,20 @@ def test_a_dim_the_exported_graph_takes_at_one_size_only_is_refused_by_name(tmp_
                                  "(onnxruntime: Gather node")
     assert "set [dims.seq] min = opt = max to the size you deploy" in str(fixed)
     assert _dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 128}, "M") is None  # the batch alone runs
+
+
+def test_an_exported_graph_onnxruntime_cannot_run_is_the_exporters_failure_not_a_temporary_file(tmp_path, monkeypatch):
+    """SmolVLM's vision graph failed onnxruntime's GatherND at the export's own sizes; the line named the atomic
+    write's temporary file. It names the exporter, the shapes and onnxruntime's node, and nothing is left."""
+    from pipeline.core import verify
+
+    def refuses(self, feeds, run_options=None):
+        raise StageFailed("the session's own line") from RuntimeError(
+            "Non-zero status code returned while running GatherND node. Name:'g' Status Message: invalid index found, index = 6")
+
+    monkeypatch.setattr(verify.OnnxSession, "run", refuses)
+    profile = load_profile(str(write_profile(tmp_path, TINY_MLP_PROFILE)))
+    with pytest.raises(StageFailed, match=r"^export: the dynamo exporter's graph does not run on onnxruntime at input shapes \{.*\} "
+                                          r"\(GatherND node 'g': invalid index found, index = 6\); try the other exporter \(--exporter\)$"):
+        export_model(profile, tmp_path / "m.onnx")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]
