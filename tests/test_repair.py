@@ -262,21 +262,23 @@ def _sine_model(path: Path, frequency: float) -> None:
     onnx.save(model, str(path))
 
 
-@pytest.mark.parametrize("frequency, limited", [(1000.0, True), (1.0, False)])
-def test_a_model_too_sensitive_for_fp16_is_said_so_instead_of_nodes_to_exclude(tmp_path, frequency, limited):
+@pytest.mark.parametrize("precision, gate, frequency, limited", [("FP16", 0.999, 1000.0, True), ("FP16", 0.999, 1.0, False),
+                                                                ("INT8", 0.99, 100.0, True), ("INT8", 0.99, 1.0, False)])
+def test_a_model_too_sensitive_for_its_precision_is_said_so_instead_of_nodes_to_exclude(tmp_path, precision, gate, frequency, limited):
     """levit's random weights: the FP32 model itself reads cosine_centered 0.93 with only its inputs rounded to FP16, so no
-    set of nodes kept in FP32 passes the 0.999 gate; the gate's message says so. A model that is not: nothing said."""
+    set of nodes kept in FP32 passes the 0.999 gate; MobileNetV1's reads 0.69 with them rounded to INT8 (one scale per
+    input, as its Q/DQ rounds them). The gate's message says so. A model that is not: nothing said."""
     from pipeline.core.profiles import load_profile
-    from pipeline.stages.shared import fp16_rounding_limit, held_out
+    from pipeline.stages.shared import held_out, rounding_limit
     from quant.accuracy import BackgroundOutputs
 
     _sine_model(tmp_path / "model.onnx", frequency)
     batches = held_out(load_profile(str(write_profile(tmp_path, PROFILE))))
     reference = BackgroundOutputs(tmp_path / "model.onnx", batches)
-    line = fp16_rounding_limit(tmp_path / "model.onnx", reference, batches, 4, 0.999, lambda message: None)
+    line = rounding_limit(precision, tmp_path / "model.onnx", reference, batches, 4, gate, lambda message: None)
     if limited:
-        assert line.startswith("the FP32 model itself reads cosine_centered=0.9") and "with only its inputs rounded to FP16" in line
-        assert line.endswith("so no FP16 model of it passes (random weights can make a model this sensitive, a trained one rarely is); "
-                             "build it without --fp16")
+        assert line.startswith("the FP32 model itself reads cosine_centered=") and f"with only its inputs rounded to {precision}" in line
+        assert line.endswith(f"so no {precision} model of it passes (random weights can make a model this sensitive, a trained one rarely "
+                             f"is); build it without --{precision.lower()}")
     else:
         assert line == ""

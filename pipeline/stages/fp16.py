@@ -42,8 +42,8 @@ def run_fp16(job: Job) -> StageResult:
             lambda converted, path: shared.accuracy(converted.session, reference, batches, q.accuracy_samples, "FP16", job.status))
         if found is not None and found.passed is not None:
             result, figures = shape_checked(found.passed.result, tmp, checks), found.passed.figures
-        limit = "" if shared.passes(figures, q.min_cosine_fp16) else shared.fp16_rounding_limit(source, reference, batches, q.accuracy_samples,
-                                                                                                 q.min_cosine_fp16, job.status)
+        limit = "" if shared.passes(figures, q.min_cosine_fp16) else shared.rounding_limit("FP16", source, reference, batches, q.accuracy_samples,
+                                                                                            q.min_cosine_fp16, job.status)
         shared.gate("fp16", figures, q.min_cosine_fp16, limit or shared.fp16_gate_hint(source, profile) + repair.failed_note(found, "in FP32"))
         generation = generation_figures(job, result.session, "fp16")
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,

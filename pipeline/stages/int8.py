@@ -86,8 +86,10 @@ def run_int8(job: Job) -> StageResult:
         if found is not None and found.passed is not None:
             result, figures = found.passed.result, found.passed.figures
         lint = findings_json(result.findings)
-        shared.gate("int8", figures, q.min_cosine_int8, "exclude sensitive nodes ([quant] int8_exclude_nodes), try another preset or more "
-                    "calibration data" + repair.failed_note(found, "unquantized"))
+        limit = "" if shared.passes(figures, q.min_cosine_int8) else shared.rounding_limit("INT8", source, reference, batches, q.accuracy_samples,
+                                                                                            q.min_cosine_int8, job.status)
+        shared.gate("int8", figures, q.min_cosine_int8, limit or "exclude sensitive nodes ([quant] int8_exclude_nodes), try another preset or "
+                    "more calibration data" + repair.failed_note(found, "unquantized"))
         generation = generation_figures(job, tmp, "int8")
     write_json(job.out / "int8.lint.json", lint)
     metrics = {

@@ -102,23 +102,37 @@ def fp16_gate_hint(source: Path, profile: Profile) -> str:
             f"{profile_arg}` lists them")
 
 
-def fp16_rounding_limit(source: Path, reference: BackgroundOutputs, batches: list[dict], samples: int, minimum: float,
-                        status: Status) -> str:
-    """When the FP16 gate fails even after the repair: the FP32 model's own figure on the held-out samples with only its
-    float inputs rounded to FP16. Below the gate, no FP16 model of it can pass (every node rounds as much as its inputs
-    were): what the gate's message says instead of the nodes to exclude (the sweep's random-weight LeViT: 0.93). "" otherwise."""
+def rounding_limit(precision: str, source: Path, reference: BackgroundOutputs, batches: list[dict], samples: int, minimum: float,
+                   status: Status) -> str:
+    """When the `precision` ("FP16" or "INT8") gate fails even after the repair: the FP32 model's own figure on the held-out
+    samples with only its float inputs rounded as that precision rounds them (FP16's mantissa; INT8: one symmetric scale per
+    input, from its largest magnitude, as the Q/DQ on an input does). Below the gate, no model of that precision which rounds
+    its inputs can pass: what the gate's message says instead of the nodes to exclude (the sweep's random-weight LeViT read
+    0.93 for FP16, MobileNetV1 0.69 for INT8). "" otherwise, and for a model without float inputs."""
     import numpy as np
 
     from pipeline.core.verify import OnnxSession
 
-    rounded = [{name: array.astype(np.float16).astype(array.dtype) if array.dtype.kind == "f" else array for name, array in feeds.items()}
-               for feeds in batches]
-    figures = accuracy(OnnxSession(source), reference, rounded, samples, "FP32 (inputs rounded to FP16)", status)
+    floats = {name for feeds in batches for name, array in feeds.items() if array.dtype.kind == "f"}
+    if not floats:
+        return ""
+    largest = {name: max(float(np.abs(feeds[name]).max()) for feeds in batches) for name in floats}
+
+    def rounded(name: str, array: np.ndarray) -> np.ndarray:
+        if name not in floats:
+            return array
+        if precision == "FP16":
+            return array.astype(np.float16).astype(array.dtype)
+        scale = largest[name] / 127 or 1.0
+        return (np.clip(np.round(array / scale), -127, 127) * scale).astype(array.dtype)
+
+    figures = accuracy(OnnxSession(source), reference, [{name: rounded(name, array) for name, array in feeds.items()} for feeds in batches],
+                       samples, f"FP32 (inputs rounded to {precision})", status)
     if passes(figures, minimum):
         return ""
-    return (f"the FP32 model itself reads cosine_centered={figures['cosine_centered']:.5f} with only its inputs rounded to FP16: its outputs "
-            "are more sensitive to FP16's rounding than the gate allows, so no FP16 model of it passes (random weights can make a "
-            "model this sensitive, a trained one rarely is); build it without --fp16")
+    return (f"the FP32 model itself reads cosine_centered={figures['cosine_centered']:.5f} with only its inputs rounded to {precision}: its "
+            f"outputs are more sensitive to {precision}'s rounding than the gate allows, so no {precision} model of it passes (random weights "
+            f"can make a model this sensitive, a trained one rarely is); build it without --{precision.lower()}")
 
 
 def kernel_metrics(result) -> dict[str, Any]:
