@@ -192,6 +192,26 @@ def test_a_video_model_takes_its_frames_before_the_channels(tmp_path, model_type
         assert load_hf_model(profile)(**feeds).last_hidden_state.shape[0] == 1
 
 
+def test_a_waveform_encoder_takes_raw_audio_from_its_shortest_frame_to_two_seconds(tmp_path):
+    """wav2vec2's family (HuBERT, WavLM, data2vec-audio, ...) takes input_values [batch, samples]: init refused them
+    ("takes neither input_ids nor pixel_values"). The samples run from the fewest its feature encoder turns into one
+    frame (400: 7 convolutions, kernels 10, 3, ..., strides 5, 2, ...) to two seconds at 16 kHz."""
+    from pipeline.models.decoder import autocast_feeds
+    from pipeline.models.hf import load_hf_model
+
+    profile = init_profile(tmp_path, "wav2vec2")
+    assert [(spec.name, list(spec.shape)) for spec in profile.inputs] == [("input_values", ["batch", "samples"])]
+    samples = profile.dims["samples"]
+    assert (samples.min, samples.opt, samples.max) == (400, 16000, 32000)
+    model = load_hf_model(profile)
+    with torch.no_grad():
+        assert model(input_values=torch.zeros(1, samples.min)).last_hidden_state.shape[1] == 1
+        with pytest.raises(RuntimeError):  # one sample fewer makes no frame
+            model(input_values=torch.zeros(1, samples.min - 1))
+    # AutoCast's FP32 reference run gives each dynamic dim 1 on its own inputs: it gets the profile's, at opt
+    assert autocast_feeds(profile)["input_values"].shape == (4, 16000)
+
+
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
     """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
     with pytest.raises(InputError) as refused:

@@ -280,6 +280,17 @@ def _table(values: dict[str, Any], comment: str = ""):
     return table
 
 
+SAMPLE_RATE = 16000  # what wav2vec2's family is trained on: a waveform encoder's opt is one second, its max two
+
+
+def _shortest_waveform(config: Any) -> int:
+    """The fewest samples the convolutional feature encoder turns into one frame (400 for wav2vec2's 7 layers)."""
+    samples = 1
+    for kernel, stride in reversed(list(zip(config.conv_kernel, config.conv_stride, strict=False))):
+        samples = (samples - 1) * stride + kernel
+    return samples
+
+
 def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> tuple[dict, list[tuple[dict, str]], bool]:
     """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache
     (`small`: init's small config)."""
@@ -293,6 +304,9 @@ def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> 
             return {"batch": (1, 4, 16)}, [(pixels, f"videos of {frames} frames, each channels first")], False
         pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", config.num_channels, size, size]}
         return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
+    if "input_values" in accepted and isinstance(getattr(config, "conv_stride", None), (list, tuple)):  # a waveform encoder (wav2vec2's family)
+        return {"batch": (1, 4, 16), "samples": (_shortest_waveform(config), SAMPLE_RATE, 2 * SAMPLE_RATE)}, [
+            ({"name": "input_values", "dtype": "float32", "shape": ["batch", "samples"]}, f"raw audio, mono at {SAMPLE_RATE} Hz")], False
     if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
     decoder = _returns_cache(model_class, config, small)
