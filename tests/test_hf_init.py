@@ -212,6 +212,21 @@ def test_a_waveform_encoder_takes_raw_audio_from_its_shortest_frame_to_two_secon
     assert autocast_feeds(profile)["input_values"].shape == (4, 16000)
 
 
+def test_a_router_its_init_leaves_at_zero_is_drawn_so_experts_are_chosen_by_score_not_tie_order(tmp_path):
+    """AFMoE zero-initializes its router: every expert scored 0.5, top-6 of 64 went by TopK's tie order, which torch and
+    onnxruntime break differently, and the export check read 1.07 off torch. Drawn, the scores differ."""
+    from pipeline.models.hf import load_hf_model
+
+    model = load_hf_model(init_profile(tmp_path, "afmoe"))
+    router = model.layers[1].mlp.router
+    logits = []
+    router.register_forward_hook(lambda module, inputs, output: logits.append(output[0]))
+    with torch.no_grad():
+        model(input_ids=torch.randint(0, 1000, (2, 8)))
+    scores = torch.sigmoid(logits[0]).sort(dim=1, descending=True).values
+    assert float((scores[:, 5] - scores[:, 6]).min()) > 0  # the 6th and 7th experts no longer tie
+
+
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
     """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
     with pytest.raises(InputError) as refused:

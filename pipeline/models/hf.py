@@ -61,7 +61,9 @@ def load_hf_model(profile: Profile) -> Any:
         try:
             check_fits(auto, config, f"{where}.hf_config ({model_type})")
             model = auto.from_config(config)
-            draw_zero_tokens(model, getattr(config, "initializer_range", None) or INIT_STD)
+            std = getattr(config, "initializer_range", None) or INIT_STD
+            draw_zero_tokens(model, std)
+            draw_zero_routers(model, config, std)
             settle_batch_norm(model, profile)
         except ValueError as err:
             raise ProfileError(f"{where}.task: transformers has no {task} model for model_type {model_type!r}; choose another task") from err
@@ -131,6 +133,26 @@ def draw_zero_tokens(model: Any, std: float) -> list[str]:
                 if parameter.dim() >= 2 and ("token" in name or "embedding" in name) and not parameter.any():
                     parameter.normal_(0.0, std)
                     drawn.append(f"{module_name}.{name}".lstrip("."))
+    return drawn
+
+
+EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+
+
+def draw_zero_routers(model: Any, config: Any, std: float) -> list[str]:
+    """Draw (normal, `std`) a mixture of experts' router weights its init leaves at zero (AFMoE's): a Linear with one
+    output per expert, all zero. Every expert then scores the same, and which `top_k` of them a token goes to is
+    the order torch's and onnxruntime's TopK break ties in, which differ: AFMoE's export check read 1.07 off torch.
+    Returns the names of the routers drawn."""
+    import torch
+
+    experts = {count for key in EXPERT_COUNTS if isinstance(count := getattr(config, key, None), int) and count > 1}
+    drawn = []
+    with torch.no_grad():
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and module.out_features in experts and not module.weight.any():
+                module.weight.normal_(0.0, std)
+                drawn.append(name)
     return drawn
 
 
