@@ -194,20 +194,21 @@ def test_a_video_model_takes_its_frames_before_the_channels(tmp_path, model_type
 
 def test_a_waveform_encoder_takes_raw_audio_from_its_shortest_frame_to_two_seconds(tmp_path):
     """wav2vec2's family (HuBERT, WavLM, data2vec-audio, ...) takes input_values [batch, samples]: init refused them
-    ("takes neither input_ids nor pixel_values"). The samples run from the fewest its feature encoder turns into one
-    frame (400: 7 convolutions, kernels 10, 3, ..., strides 5, 2, ...) to two seconds at 16 kHz."""
+    ("takes neither input_ids nor pixel_values"). The samples run from a tenth of a second (or the fewest its feature
+    encoder turns into one frame, where more: 400 for 7 convolutions, kernels 10, 3, ..., strides 5, 2, ...) to two
+    seconds at 16 kHz."""
     from pipeline.models.decoder import autocast_feeds
     from pipeline.models.hf import load_hf_model
 
     profile = init_profile(tmp_path, "wav2vec2")
     assert [(spec.name, list(spec.shape)) for spec in profile.inputs] == [("input_values", ["batch", "samples"])]
     samples = profile.dims["samples"]
-    assert (samples.min, samples.opt, samples.max) == (400, 16000, 32000)
+    assert (samples.min, samples.opt, samples.max) == (1600, 16000, 32000)  # a tenth of a second, above the shortest frame
     model = load_hf_model(profile)
     with torch.no_grad():
-        assert model(input_values=torch.zeros(1, samples.min)).last_hidden_state.shape[1] == 1
+        assert model(input_values=torch.zeros(1, 400)).last_hidden_state.shape[1] == 1  # the encoder's shortest frame
         with pytest.raises(RuntimeError):  # one sample fewer makes no frame
-            model(input_values=torch.zeros(1, samples.min - 1))
+            model(input_values=torch.zeros(1, 399))
     # AutoCast's FP32 reference run gives each dynamic dim 1 on its own inputs: it gets the profile's, at opt
     assert autocast_feeds(profile)["input_values"].shape == (4, 16000)
 

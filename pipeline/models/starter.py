@@ -280,7 +280,9 @@ def _table(values: dict[str, Any], comment: str = ""):
     return table
 
 
-SAMPLE_RATE = 16000  # what wav2vec2's family is trained on: a waveform encoder's opt is one second, its max two
+# what wav2vec2's family is trained on: a waveform encoder's opt is one second, its max two, its min a tenth (SEW's
+# encoder makes a frame of 20 samples in the small config, and its squeeze of the frames did not run on one)
+SAMPLE_RATE = 16000
 
 
 def _shortest_waveform(config: Any) -> int:
@@ -305,7 +307,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> 
         pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", config.num_channels, size, size]}
         return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
     if "input_values" in accepted and isinstance(getattr(config, "conv_stride", None), (list, tuple)):  # a waveform encoder (wav2vec2's family)
-        return {"batch": (1, 4, 16), "samples": (_shortest_waveform(config), SAMPLE_RATE, 2 * SAMPLE_RATE)}, [
+        return {"batch": (1, 4, 16), "samples": (max(_shortest_waveform(config), SAMPLE_RATE // 10), SAMPLE_RATE, 2 * SAMPLE_RATE)}, [
             ({"name": "input_values", "dtype": "float32", "shape": ["batch", "samples"]}, f"raw audio, mono at {SAMPLE_RATE} Hz")], False
     if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
