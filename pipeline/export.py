@@ -26,7 +26,7 @@ from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes, make_inputs
 from pipeline.core.verify import OnnxSession, run_failure
 from pipeline.export_failures import exporter_failure
-from pipeline.fixed_dims import DimFixed, check_dims, shape_guards
+from pipeline.fixed_dims import DimFixed, check_dims, dim_the_graph_fixed, fixed_at_run, shape_guards
 from pipeline.models.decoder import derived_inputs
 from pipeline.models.module import build_module, flatten_outputs, run_module
 
@@ -99,29 +99,9 @@ def export_unchecked(profile: Profile, output: Path, exporter: str) -> None:
     module, example, dynamic_shapes, profile = build_module(profile)
     with atomic_onnx(output) as tmp:
         _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, set())
-        fixed = _fixed_at_run(profile, OnnxSession(tmp, as_written=True), type(module).__name__)
+        fixed = fixed_at_run(profile, OnnxSession(tmp, as_written=True), type(module).__name__)
         if fixed is not None:
             raise fixed
-
-
-def _fixed_at_run(profile: Profile, session: OnnxSession, model: str) -> DimFixed | None:
-    """The dim the graph runs at its opt size only (`_dim_the_graph_fixed`), where it runs at the opt sizes and not at one
-    of the export check's others; None otherwise (where it does not run at all, the build's check says why)."""
-    if not set(session.inputs) <= {spec.name for spec in profile.inputs}:
-        return None  # inputs the profile does not list: the build's check names them
-    opt, *others = check_sizes(profile)
-    if not _runs(session, profile, opt):
-        return None
-    failing = next((sizes for sizes in others if not _runs(session, profile, sizes)), None)
-    return None if failing is None else _dim_the_graph_fixed(profile, session, failing, model)
-
-
-def _runs(session: OnnxSession, profile: Profile, sizes: dict[str, int]) -> bool:
-    try:
-        session.run(make_inputs(profile, seed=0, dims=sizes))
-    except StageFailed:
-        return False
-    return True
 
 
 def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, profile: Profile, exporter: str, function_classes: set[type]) -> None:
@@ -358,7 +338,7 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
         try:
             actual = session.run_named(feeds)
         except StageFailed as failed:
-            fixed = i and _dim_the_graph_fixed(profile, session, sizes, type(module).__name__)
+            fixed = i and dim_the_graph_fixed(profile, session, sizes, type(module).__name__)
             raise fixed or StageFailed(f"export: the {exporter} exporter's graph does not run on onnxruntime at input shapes {_shapes(feeds)} "
                                        f"({run_failure(failed.__cause__)}); try the other exporter (--exporter)") from None
         if list(actual) != list(expected):
@@ -383,25 +363,6 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
         checked.append(_shapes(feeds))
     model = onnx.load(str(onnx_path), load_external_data=False)
     return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked, list(expected))
-
-
-def _dim_the_graph_fixed(profile: Profile, session: OnnxSession, failing: dict[str, int], model: str) -> DimFixed | None:
-    """Which dim the exported graph takes at its opt size only, where it ran at the opt sizes and failed at `failing`: each
-    dim that differs is set alone to its failing size (xLSTM's graph computes an index from the batch the exporter saw, and
-    onnxruntime's Gather fails at any other); None when no single dim fails alone."""
-    opt = {name: d.opt for name, d in profile.dims.items()}
-    for name, size in failing.items():
-        if name not in opt or size == opt[name]:
-            continue
-        try:
-            session.run(make_inputs(profile, seed=0, dims={**opt, name: size}))
-        except StageFailed as failed:
-            declared = profile.dims[name]
-            return DimFixed(f"export: {model}'s exported graph runs at {name} = {opt[name]} but not at {name} = {size} although "
-                            f"[dims.{name}] is {declared.min}..{declared.max} (onnxruntime: {run_failure(failed.__cause__)}): the model's code "
-                            f"computes a size from it that the exporter kept as a number; set [dims.{name}] min = opt = max to the size you "
-                            "deploy (one engine per size), or try the other exporter (--exporter)", name, opt[name])
-    return None
 
 
 def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:

@@ -15,8 +15,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.profiles import Profile, dim_terms
+from pipeline.core.samples import check_sizes, make_inputs
+from pipeline.core.verify import OnnxSession, run_failure
 
 SHAPES_LOGGER = "torch.fx.experimental.symbolic_shapes"
 _SYMBOL = re.compile(r"create_symbol (?P<symbol>s\d+) = \d+ for L\['\w+'\](?:\[(?P<input>\d+)\])?\.size\(\)\[(?P<axis>\d+)\]")
@@ -84,3 +86,42 @@ def _guard_site(guards: list[str], axes: set[tuple[int, int]]) -> str:
     symbols = {m["symbol"] for m in map(_SYMBOL.search, guards) if m and (int(m["input"] or 0), int(m["axis"])) in axes}
     sites = [m["where"] for m in map(_GUARD.search, guards) if m and m["symbol"] in symbols]
     return sites[0] if sites else ""
+
+
+def fixed_at_run(profile: Profile, session: OnnxSession, model: str) -> DimFixed | None:
+    """The dim the graph runs at its opt size only (`dim_the_graph_fixed`), where it runs at the opt sizes and not at one
+    of the export check's others; None otherwise (where it does not run at all, the build's check says why)."""
+    if not set(session.inputs) <= {spec.name for spec in profile.inputs}:
+        return None  # inputs the profile does not list: the build's check names them
+    opt, *others = check_sizes(profile)
+    if not _runs(session, profile, opt):
+        return None
+    failing = next((sizes for sizes in others if not _runs(session, profile, sizes)), None)
+    return None if failing is None else dim_the_graph_fixed(profile, session, failing, model)
+
+
+def _runs(session: OnnxSession, profile: Profile, sizes: dict[str, int]) -> bool:
+    try:
+        session.run(make_inputs(profile, seed=0, dims=sizes))
+    except StageFailed:
+        return False
+    return True
+
+
+def dim_the_graph_fixed(profile: Profile, session: OnnxSession, failing: dict[str, int], model: str) -> DimFixed | None:
+    """Which dim the exported graph takes at its opt size only, where it ran at the opt sizes and failed at `failing`: each
+    dim that differs is set alone to its failing size (xLSTM's graph computes an index from the batch the exporter saw, and
+    onnxruntime's Gather fails at any other); None when no single dim fails alone."""
+    opt = {name: d.opt for name, d in profile.dims.items()}
+    for name, size in failing.items():
+        if name not in opt or size == opt[name]:
+            continue
+        try:
+            session.run(make_inputs(profile, seed=0, dims={**opt, name: size}))
+        except StageFailed as failed:
+            declared = profile.dims[name]
+            return DimFixed(f"export: {model}'s exported graph runs at {name} = {opt[name]} but not at {name} = {size} although "
+                            f"[dims.{name}] is {declared.min}..{declared.max} (onnxruntime: {run_failure(failed.__cause__)}): the model's code "
+                            f"computes a size from it that the exporter kept as a number; set [dims.{name}] min = opt = max to the size you "
+                            "deploy (one engine per size), or try the other exporter (--exporter)", name, opt[name])
+    return None

@@ -218,8 +218,7 @@ def test_a_dim_the_exported_graph_takes_at_one_size_only_is_refused_by_name(tmp_
     from onnx import TensorProto, helper
 
     from pipeline.core.verify import OnnxSession
-    from pipeline.export import _dim_the_graph_fixed
-    from pipeline.fixed_dims import DimFixed
+    from pipeline.fixed_dims import DimFixed, dim_the_graph_fixed
 
     index = helper.make_tensor("index", TensorProto.INT64, [], [100])  # runs while seq > 100 (opt 128), not at 64
     graph = helper.make_graph([helper.make_node("Gather", ["x", "index"], ["y"], axis=1)], "g",
@@ -232,12 +231,12 @@ def test_a_dim_the_exported_graph_takes_at_one_size_only_is_refused_by_name(tmp_
     session = OnnxSession(tmp_path / "m.onnx")
     with pytest.raises(StageFailed):
         session.run(make_inputs(profile, seed=0, dims={"batch": 2, "seq": 64}))
-    fixed = _dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 64}, "M")
+    fixed = dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 64}, "M")
     assert isinstance(fixed, DimFixed) and (fixed.dim, fixed.size) == ("seq", 128) and fixed.exit_code == 2
     assert str(fixed).startswith("export: M's exported graph runs at seq = 128 but not at seq = 64 although [dims.seq] is 8..512 "
                                  "(onnxruntime: Gather node")
     assert "set [dims.seq] min = opt = max to the size you deploy" in str(fixed)
-    assert _dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 128}, "M") is None  # the batch alone runs
+    assert dim_the_graph_fixed(profile, session, {"batch": 2, "seq": 128}, "M") is None  # the batch alone runs
 
 
 def test_an_exported_graph_onnxruntime_cannot_run_is_the_exporters_failure_not_a_temporary_file(tmp_path, monkeypatch):

@@ -209,8 +209,8 @@ def test_a_waveform_encoder_takes_raw_audio_from_its_shortest_frame_to_two_secon
         assert model(input_values=torch.zeros(1, 400)).last_hidden_state.shape[1] == 1  # the encoder's shortest frame
         with pytest.raises(RuntimeError):  # one sample fewer makes no frame
             model(input_values=torch.zeros(1, 399))
-    # AutoCast's FP32 reference run gives each dynamic dim 1 on its own inputs: it gets the profile's, at opt
-    assert autocast_feeds(profile)["input_values"].shape == (4, 16000)
+    # AutoCast's FP32 reference run gives each dynamic dim 1 on its own inputs: it gets the profile's, at min
+    assert autocast_feeds(profile)["input_values"].shape == (1, 1600)
 
 
 def test_a_router_its_init_leaves_at_zero_is_drawn_so_experts_are_chosen_by_score_not_tie_order(tmp_path):

@@ -186,11 +186,15 @@ def prefill_sizes(profile: Profile) -> list[dict[str, int]]:
 
 def autocast_feeds(profile: Profile) -> dict[str, Any] | None:
     """Inputs for AutoCast's FP32 reference run on a model with a cache (its random ones cannot
-    match the mask to past_seq + seq) or a dim whose min is above 1 (AutoCast gives each dynamic dim 1:
-    wav2vec2's 400-sample convolution failed on one sample), else None (AutoCast's own)."""
+    match the mask to past_seq + seq), at opt; or at the profile's min sizes where a dim's min is above 1 (AutoCast
+    gives each dynamic dim 1: wav2vec2's convolution failed on one sample); else None (AutoCast's own)."""
     from pipeline.core.samples import make_inputs
 
-    return make_inputs(profile, seed=5100) if PAST_DIM in profile.dims or any(d.min > 1 for d in profile.dims.values()) else None
+    if PAST_DIM in profile.dims:
+        return make_inputs(profile, seed=5100)
+    if any(d.min > 1 for d in profile.dims.values()):
+        return make_inputs(profile, seed=5100, dims={name: d.min for name, d in profile.dims.items()})
+    return None
 
 
 def derived_note(metrics: dict[str, Any]) -> str:

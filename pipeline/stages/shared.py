@@ -113,13 +113,13 @@ def rounding_limit(precision: str, source: Path, reference: BackgroundOutputs, b
 
     from pipeline.core.verify import OnnxSession
 
-    floats = {name for feeds in batches for name, array in feeds.items() if array.dtype.kind == "f"}
+    floats = {name for feeds in batches for name, array in feeds.items() if array.dtype.kind == "f" and array.size}  # not an empty cache
     if not floats:
         return ""
-    largest = {name: max(float(np.abs(feeds[name]).max()) for feeds in batches) for name in floats}
+    largest = {name: max(float(np.abs(feeds[name]).max()) for feeds in batches if feeds[name].size) for name in floats}
 
     def rounded(name: str, array: np.ndarray) -> np.ndarray:
-        if name not in floats:
+        if name not in floats or not array.size:
             return array
         if precision == "FP16":
             return array.astype(np.float16).astype(array.dtype)
