@@ -146,6 +146,7 @@ def test_dynamic_reshape_keeps_a_piece_from_another_dim(tmp_path):
         (helper.make_node("Identity", ["h"], ["n"]), "remove-identity"),
         (helper.make_node("Cast", ["h"], ["n"], to=F), "remove-same-type-cast"),
         (helper.make_node("Dropout", ["h"], ["n"]), "remove-dropout"),
+        (helper.make_node("Transpose", ["h"], ["n"], perm=[0, 1]), "remove-identity-transpose"),
     ],
 )
 def test_noop_nodes_are_removed(tmp_path, node, rule):
@@ -189,6 +190,24 @@ def test_same_shape_reshape_is_removed(tmp_path):
                       [("shape", np.array([2, -1], np.int64))])
     _, ops, diff, result = optimize_and_compare(tmp_path, path, {"x": rand(2, 6)})
     assert ops == ["Relu", "Sigmoid"] and diff == 0.0 and stats_of(result, "remove-same-shape-reshape")["applied"] == 1
+
+
+def test_an_identity_transpose_before_a_gemm_is_removed_so_onnxruntime_can_run_the_graph(tmp_path):
+    """SAM3-Lite's text model as the dynamo exporter writes it: Transpose(perm=[0, 1]) -> Gemm(transB=1). onnxruntime's
+    GemmTransposeFusion folds the Transpose in as if it swapped the axes and the session fails at every shape."""
+    import onnxruntime as ort
+
+    nodes = [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Transpose", ["h"], ["t"], perm=[0, 1]),
+             helper.make_node("Gemm", ["t", "w"], ["y"], transB=1)]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, ["batch", 8])], [helper.make_tensor_value_info("y", F, ["batch", 16])],
+                      [("w", rand(16, 8, seed=1))])
+    with pytest.raises(Exception, match="GemmTransposeFusion"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": rand(3, 8)})
+    out = tmp_path / "opt.onnx"
+    optimize_file(path, out)
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["Relu", "Gemm"]
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": rand(3, 8)})[0]
+    np.testing.assert_allclose(got, np.maximum(rand(3, 8), 0) @ rand(16, 8, seed=1).T, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(("second", "expected"), [([0, 2, 1], ["Relu", "Sigmoid"]), ([2, 0, 1], ["Relu", "Transpose", "Sigmoid"])])

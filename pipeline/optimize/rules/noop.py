@@ -3,6 +3,7 @@
 - `Identity(x) -> x`
 - `Cast(x, to=dtype(x)) -> x`
 - `Reshape(x, shape) -> x` when the result has x's (static) shape
+- `Transpose(x, perm=identity) -> x`
 - `Transpose(Transpose(x, p), q) -> x` when q composed with p is the identity (else one Transpose)
 - `Dropout(x) -> x` (inference; only when its mask output is unused)
 - `Expand(x, shape) -> x` when x already has the result's shape, or when every consumer is an
@@ -82,6 +83,23 @@ class RemoveSameShapeReshape(_Bypass):
         return _keeps_graph_output(node, source) or {"source": source}
 
 
+# The dynamo exporter writes an identity Transpose in SAM3-Lite's text projection: TensorRT runs it as a copy, and
+# onnxruntime's GemmTransposeFusion folds it into the Gemm it feeds as if it swapped the axes, so the graph fails there
+# at every shape once onnxruntime optimizes it ("GEMM: Dimension mismatch").
+class RemoveIdentityTranspose(_Bypass):
+    """Transpose(x, perm=[0, 1, ..]) -> x"""
+
+    name, anchor, priority = "remove-identity-transpose", "Transpose", CLEANUP
+
+    def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
+        perm = node.attributes.get_ints("perm")
+        if perm is None:
+            return "no perm: reverses the axes"
+        if list(perm) != sorted(perm):
+            return "moves axes"
+        return _keeps_graph_output(node, node.inputs[0]) or {"source": node.inputs[0]}
+
+
 class CancelTransposePair(Rule):
     """Transpose(Transpose(x, p), q) -> x when they cancel, else one Transpose"""
 
@@ -157,4 +175,4 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
         return None
 
 
-RULES = [RemoveIdentity(), RemoveSameTypeCast(), RemoveSameShapeReshape(), CancelTransposePair(), RemoveDropout(), RemoveNoOpExpand()]
+RULES = [RemoveIdentity(), RemoveSameTypeCast(), RemoveSameShapeReshape(), RemoveIdentityTranspose(), CancelTransposePair(), RemoveDropout(), RemoveNoOpExpand()]
