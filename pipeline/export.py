@@ -109,6 +109,8 @@ def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, pro
     a dim the dynamo exporter fixed is refused (pipeline/fixed_dims.py)."""
     import torch
 
+    from pipeline.export_translations import custom_translations
+
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     input_names = [spec.name for spec in profile.inputs]
     output_names = _output_names(module, example, profile)
@@ -122,6 +124,7 @@ def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, pro
                         module, example, dynamo=True, opset_version=profile.export.opset,
                         input_names=input_names, output_names=output_names, dynamic_shapes=shapes,
                         optimize=False, verbose=False,  # our optimize stage does this, exactly (see issue 3)
+                        custom_translation_table=custom_translations(),
                     )
                 check_dims(profile, list(program.model.graph.inputs), guards, type(module).__name__)
                 program.save(str(tmp), external_data=ir_weight_bytes(program.model) > external_data_threshold())

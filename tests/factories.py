@@ -280,3 +280,32 @@ class _RandomMask(nn.Module):
 
 def random_mask():
     return nn.Sequential(nn.Linear(8, 8), _RandomMask())
+
+
+class _BucketizedPositions(nn.Module):
+    """SmolVLM's vision position ids in small: each of the 8 inputs' fraction of the way along, bucketized into 14
+    buckets (13 boundaries), looks up a position embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.positions = nn.Embedding(14, 8)
+
+    def forward(self, x):
+        boundaries = torch.arange(1 / 14, 1.0, 1 / 14)
+        fractions = torch.sigmoid(x)
+        return x + self.positions(torch.bucketize(fractions, boundaries, right=True)).sum(dim=1)
+
+
+def bucketized_positions():
+    return _BucketizedPositions()
+
+
+class _SeventhSteps(nn.Module):
+    """Scales its first 7 inputs by torch.arange(1/7, 1.0, 1/7): 7 steps in torch (counted in double), 6 in float32."""
+
+    def forward(self, x):
+        return x[:, :7] * torch.arange(1 / 7, 1.0, 1 / 7) + torch.arange(0.5, 7, 1, dtype=torch.int64)
+
+
+def seventh_steps():
+    return _SeventhSteps()

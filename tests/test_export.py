@@ -254,3 +254,27 @@ def test_an_exported_graph_onnxruntime_cannot_run_is_the_exporters_failure_not_a
                                           r"\(GatherND node 'g': invalid index found, index = 6\); try the other exporter \(--exporter\)$"):
         export_model(profile, tmp_path / "m.onnx")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.toml"]
+
+
+def test_an_arange_of_numbers_exports_as_the_constant_torch_computes(tmp_path):
+    """arange(1/7, 1.0, 1/7) has 7 elements in torch (its length counted in double), 6 in the exporter's float32 Range:
+    SmolVLM's vision embeddings declared shapes onnxruntime then failed on. Exported as torch's constant, it matches."""
+    from conftest import run_cli
+
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:seventh_steps")
+    result = run_cli("build", "--profile", str(write_profile(tmp_path, text)), "--until", "export", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "Range" not in {node.op_type for node in onnx.load(tmp_path / "out" / "model.onnx").graph.node}
+
+
+def test_bucketize_exports_as_a_count_that_onnxruntime_runs(tmp_path):
+    """torch decomposes bucketize into a binary search whose GatherND reads past 13 boundaries (SmolVLM's and
+    Idefics3's vision position ids: onnxruntime failed at every shape). Exported as a count of the boundaries below
+    each value, the graph matches torch and reads no index."""
+    from conftest import run_cli
+
+    text = TINY_MLP_PROFILE.replace("factories:tiny_mlp", "factories:bucketized_positions")
+    result = run_cli("build", "--profile", str(write_profile(tmp_path, text)), "--until", "export", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    ops = {node.op_type for node in onnx.load(tmp_path / "out" / "model.onnx").graph.node}
+    assert "ReduceSum" in ops and not ops & {"GatherND", "Loop"}
