@@ -199,3 +199,22 @@ def test_whisper_features_of_another_length_are_refused_in_one_line(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "does not run on input_features [1, 16, 60]" in done.stderr and "expects the mel input features to be of length 64" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out" / "model.onnx").exists()
+
+
+def test_a_mixture_of_experts_encoder_decoder_reads_the_encoders_output_it_expects():
+    """SwitchTransformers' and NLLB-MoE's forward copies the encoder output's router_logits into its own output: given a
+    BaseModelOutput it failed (AttributeError) and init --hf switch_transformers was refused. The encoder part's
+    outputs are its hidden state and each decoder layer's cross-attention keys and values."""
+    import torch
+    import transformers
+
+    from pipeline.models.seq2seq import encode
+
+    config = transformers.AutoConfig.for_model("switch_transformers", d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2,
+                                               num_decoder_layers=2, num_experts=2, vocab_size=64, decoder_start_token_id=0)
+    model = transformers.SwitchTransformersForConditionalGeneration(config).eval()
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = encode(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+    assert outputs["last_hidden_state"].shape == (2, 5, 32)
+    assert [tuple(outputs[f"present.{i}.encoder.{kind}"].shape) for i in range(2) for kind in ("key", "value")] == [(2, 4, 5, 8)] * 4

@@ -68,14 +68,21 @@ def encode(model: Any, named: dict[str, Any]) -> dict[str, Any]:
     token. The dummy step's self-attention and logits reach no output."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
-    from transformers.modeling_outputs import BaseModelOutput
 
     hidden = model.get_encoder()(**named, return_dict=True).last_hidden_state
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    type(model).forward(model, encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=named.get("attention_mask"), past_key_values=cache, use_cache=True,
+    type(model).forward(model, encoder_outputs=encoder_output(hidden), attention_mask=named.get("attention_mask"), past_key_values=cache, use_cache=True,
                         decoder_input_ids=torch.zeros((hidden.shape[0], 1), dtype=torch.long, device=hidden.device), return_dict=True)
     return {"last_hidden_state": hidden, **{f"present.{i}.encoder.{kind}": getattr(layer, f"{kind}s")
                                             for i, layer in enumerate(cache.cross_attention_cache.layers) for kind in ("key", "value")}}
+
+
+def encoder_output(hidden: Any) -> Any:
+    """The encoder's output as a model's forward reads it: BaseModelOutput's fields, and the `router_logits` a mixture of
+    experts' forward copies into its own output (SwitchTransformers, NLLB-MoE: None, no router loss at inference)."""
+    from transformers.modeling_outputs import MoEModelOutput
+
+    return MoEModelOutput(last_hidden_state=hidden)
 
 
 def run_encoder(model: Any, feeds: dict[str, np.ndarray], profile: Profile) -> dict[str, Any]:
@@ -97,7 +104,6 @@ def _prefill(model: Any, profile: Profile) -> tuple[Any, list, list]:
     the decoder returns from a prefill of two tokens on it."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
-    from transformers.modeling_outputs import BaseModelOutput
 
     from pipeline.core.samples import make_inputs
     from pipeline.models.decoder import cache_layout
@@ -105,7 +111,7 @@ def _prefill(model: Any, profile: Profile) -> tuple[Any, list, list]:
     feeds = make_inputs(profile, seed=profile.model.seed, which="min")
     hidden = run_encoder(model, feeds, profile)["last_hidden_state"]
     with torch.no_grad():
-        output = model(encoder_outputs=BaseModelOutput(last_hidden_state=hidden), decoder_input_ids=torch.zeros((hidden.shape[0], 2), dtype=torch.long),
+        output = model(encoder_outputs=encoder_output(hidden), decoder_input_ids=torch.zeros((hidden.shape[0], 2), dtype=torch.long),
                        past_key_values=EncoderDecoderCache(DynamicCache(), DynamicCache()), use_cache=True, return_dict=True)
     cache = output.past_key_values
     return hidden, cache_layout(model, cache.self_attention_cache), cache_layout(model, cache.cross_attention_cache)
@@ -172,7 +178,6 @@ def _bind_decoder(model: Any, profile: Profile, layers: int, hidden_size: int) -
     projection reads."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
-    from transformers.modeling_outputs import BaseModelOutput
 
     names, own = [spec.name for spec in profile.inputs], model.forward
 
@@ -184,7 +189,7 @@ def _bind_decoder(model: Any, profile: Profile, layers: int, hidden_size: int) -
         cache.is_updated = dict.fromkeys(range(layers), True)
         key = pairs["encoder"][0][0]
         stand_in = torch.zeros((key.shape[0], key.shape[2], hidden_size), dtype=key.dtype, device=key.device)
-        output = own(decoder_input_ids=named["input_ids"], encoder_outputs=BaseModelOutput(last_hidden_state=stand_in), attention_mask=named.get("encoder_attention_mask"),
+        output = own(decoder_input_ids=named["input_ids"], encoder_outputs=encoder_output(stand_in), attention_mask=named.get("encoder_attention_mask"),
                      past_key_values=cache, use_cache=True, return_dict=True)
         present = output.past_key_values.self_attention_cache.layers
         return {"logits": output.logits, **{f"present.{i}.decoder.{kind}": getattr(layer, f"{kind}s") for i, layer in enumerate(present)
