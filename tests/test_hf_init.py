@@ -229,14 +229,31 @@ def test_a_router_its_init_leaves_at_zero_is_drawn_so_experts_are_chosen_by_scor
 
 
 def test_init_refuses_a_model_that_does_not_run_in_one_line(tmp_path):
-    """A composite model (CLIP: text and vision) is refused naming what is missing, exit 2, nothing written."""
+    """A vision-language model (LLaVA: its images stand in for image tokens the random prompt does not hold) is refused
+    naming why and its parts, exit 2, nothing written."""
     with pytest.raises(InputError) as refused:
-        init_profile(tmp_path, "clip")
-    assert str(refused.value).startswith("init --hf clip: ") and "\n" not in str(refused.value)
-    assert "it combines models (vision_config is clip_vision_model, text_config is clip_text_model)" in str(refused.value)
-    made = run_cli("init", "--hf", "clip", "-o", str(tmp_path / "clip-cli.toml"))
+        init_profile(tmp_path, "llava")
+    assert str(refused.value).startswith("init --hf llava: ") and "\n" not in str(refused.value)
+    assert "Image features and image tokens do not match" in str(refused.value)
+    assert "it combines models (vision_config is clip_vision_model, text_config is llama)" in str(refused.value)
+    made = run_cli("init", "--hf", "llava", "-o", str(tmp_path / "llava-cli.toml"))
     assert made.returncode == 2 and "Traceback" not in made.stderr and len(made.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "clip-cli.toml").exists()
+    assert not (tmp_path / "llava-cli.toml").exists()
+
+
+def test_init_writes_a_dual_encoder_small_in_each_part_with_texts_and_images(tmp_path):
+    """CLIP's config is two models (text_config, vision_config) and its forward takes token ids and images: init was
+    refused ("no attribute num_channels"). It writes each part small, the text inputs within the text part's vocabulary
+    and the images at the vision part's channels and size, and the model runs on them."""
+    from pipeline.models.hf import load_hf_model
+
+    profile = init_profile(tmp_path, "clip")
+    fields = profile.model.hf_config
+    assert fields["text_config"]["hidden_size"] == fields["vision_config"]["hidden_size"] == 64
+    assert [(spec.name, list(spec.shape)) for spec in profile.inputs] == [("input_ids", ["batch", "seq"]), ("attention_mask", ["batch", "seq"]),
+                                                                        ("pixel_values", ["batch", 3, 224, 224])]
+    assert profile.inputs[0].range[1] == fields["text_config"]["vocab_size"] == 1000
+    assert sum(p.numel() for p in load_hf_model(profile).parameters()) < 2_000_000
 
 
 # ---------------------------------------------------------------- the sweep (bench/hf_sweep.py)

@@ -60,6 +60,16 @@ def test_fold_constants_folds_a_constant_chain(tmp_path):
     assert stats_of(result, "fold-constants")["applied"] == 2
 
 
+def test_fold_constants_folds_the_exp_of_a_weight(tmp_path):
+    """CLIP's `logit_scale.exp()`: an Exp of an initializer, on which ModelOpt's INT8 quantization fails (IndexError in
+    its check for an Exp after a Clip); folded, the Mul it feeds takes a constant."""
+    nodes = [helper.make_node("Exp", ["scale"], ["e"]), helper.make_node("Mul", ["x", "e"], ["y"])]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("x", F, [2, 3])], [helper.make_tensor_value_info("y", F, [2, 3])],
+                      [("scale", np.float32(2.6592))])
+    model, ops, diff, result = optimize_and_compare(tmp_path, path, {"x": rand(2, 3)})
+    assert ops == ["Mul"] and diff <= 1e-5 and stats_of(result, "fold-constants")["applied"] == 1
+
+
 def test_fold_constants_never_duplicates_a_shared_large_weight(tmp_path):
     weight = rand(300, 300)
     nodes = [

@@ -98,7 +98,17 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     if defaults.get("per_layer_config"):
         layers = fields.get(names["num_hidden_layers"], defaults.get(names["num_hidden_layers"]))
         fields["per_layer_config"] = per_layer_fields(defaults, fields, layers, fields.get("layer_types", defaults.get("layer_types")))
+    if not any(names[key] in fields for key in SMALL_CONFIG):
+        fields.update(_small_parts(config, cut_lists))
     return {**fields, **_token_ids(config)}
+
+
+def _small_parts(config: Any, cut_lists: bool) -> dict[str, dict[str, Any]]:
+    """A composite config's parts made small, where its own top level has no sizes (CLIP, SigLIP, OWL-ViT: a text and a
+    vision config, each a model of its own): each part's fields under its name, for the config to build it from."""
+    return {key: small for key, value in vars(config).items()
+            if key.endswith("_config") and hasattr(value, "model_type") and hasattr(value, "to_dict")
+            and (small := small_config_fields(value, cut_lists))}
 
 
 def per_layer_fields(defaults: dict[str, Any], fields: dict[str, Any], layers: Any, kept_types: Any) -> dict[str, dict[str, Any]]:

@@ -85,7 +85,7 @@ def _starter_text(transformers: Any, source: str, task: str | None, name: str, p
     document = _starter_document(f"{model_class.__name__} (python -m pipeline init --hf {source})", name, model, hf_config, dims, inputs,
                                  "encoder-decoder" if config.is_encoder_decoder else "decoder" if decoder else "")
     if not full_size:  # a default config's model may not fit this machine: its user sizes it
-        _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir())
+        _check_runs(source, document, profile_folder / f"{name}.toml", decoder, checkpoint=folder.is_dir(), parts=_parts(config))
     return tomlkit.dumps(document)
 
 
@@ -113,7 +113,7 @@ def _starter_config(transformers: Any, source: str, folder: Path, full_size: boo
     return config, {"model_type": source, **small}
 
 
-def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool) -> None:
+def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool, parts: str = "") -> None:
     """Build the model the starter profile describes and run it once on inputs at the profile's max
     dims (a checkpoint's at batch 1; batch 1 first, pipeline/models/trial.py): a profile `init` writes works. An encoder's seq max is first
     lowered to the longest sequence the model takes, found by trying (xlm-roberta's positions start
@@ -147,7 +147,7 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
     except Exception as err:  # noqa: BLE001 - transformers' model, not ours: any failure is the model's limit
         raise InputError(f"init --hf {source}: transformers' {type(model).__name__ if model is not None else 'model'} does not run on "
                          f"the profile init would write ({type(err).__name__}: {short_error(err)}); "
-                         "write its config and [[inputs]] by hand (see docs/models.md)") from err
+                         f"{parts}write its config and [[inputs]] by hand (see docs/models.md)") from err
     if not checkpoint:  # a checkpoint's export may take minutes: its build says what its export cannot do
         choose_exporter(document, path, model_name)
 
@@ -298,20 +298,42 @@ def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> 
     (`small`: init's small config)."""
     accepted = inspect.signature(model_class.forward).parameters
     if "pixel_values" in accepted:
-        size = getattr(config, "image_size", 224)
+        images = _part_with(config, "num_channels")
+        channels, size = getattr(images, "num_channels", 3), getattr(images, "image_size", 224)  # a config naming neither: RGB at 224
         size = size if isinstance(size, int) else size[0]
         frames = getattr(config, "num_frames", None)
         if isinstance(frames, int):  # a video model (VideoMAE, TimeSformer, ViViT): frames before channels, as they take them
-            pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", frames, config.num_channels, size, size]}
+            pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", frames, channels, size, size]}
             return {"batch": (1, 4, 16)}, [(pixels, f"videos of {frames} frames, each channels first")], False
-        pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", config.num_channels, size, size]}
-        return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
+        pixels = {"name": "pixel_values", "dtype": "float32", "shape": ["batch", channels, size, size]}
+        if "input_ids" not in accepted:
+            return {"batch": (1, 4, 16)}, [(pixels, "images, channels first")], False
+        dims, inputs = _text_inputs(_part_with(config, "vocab_size"), accepted, decoder=False)  # a dual encoder (CLIP, SigLIP): texts and images
+        return dims, [*inputs, (pixels, "images, channels first")], False
     if "input_values" in accepted and isinstance(getattr(config, "conv_stride", None), (list, tuple)):  # a waveform encoder (wav2vec2's family)
         return {"batch": (1, 4, 16), "samples": (max(_shortest_waveform(config), SAMPLE_RATE // 10), SAMPLE_RATE, 2 * SAMPLE_RATE)}, [
             ({"name": "input_values", "dtype": "float32", "shape": ["batch", "samples"]}, f"raw audio, mono at {SAMPLE_RATE} Hz")], False
     if "input_ids" not in accepted:
         raise InputError(f"init --hf {source}: {model_class.__name__}.forward takes neither input_ids nor pixel_values; write the profile's [[inputs]] by hand")
     decoder = _returns_cache(model_class, config, small)
+    dims, inputs = _text_inputs(config, accepted, decoder)
+    if decoder:
+        dims, inputs = _with_past_inputs(dims, inputs, model_class, config)
+    return dims, inputs, decoder
+
+
+def _part_with(config: Any, key: str) -> Any:
+    """The config, or where it has no `key` the first of its parts that has it (CLIP's num_channels is its vision_config's,
+    its vocab_size its text_config's)."""
+    if getattr(config, key, None) is not None:
+        return config
+    parts = [value for name, value in vars(config).items() if name.endswith("_config") and getattr(value, key, None) is not None]
+    return parts[0] if parts else config
+
+
+def _text_inputs(config: Any, accepted: Any, decoder: bool) -> tuple[dict, list[tuple[dict, str]]]:
+    """dims and [[inputs]] rows of token ids (and the mask and segment ids the forward takes) within the config's
+    vocabulary and positions."""
     positions = max_positions(config) or 512
     longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
     dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
@@ -320,9 +342,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> 
         inputs.append(({"name": "attention_mask", "dtype": "int64", "shape": ["batch", "seq"], "fill": "mask"}, "1 for tokens, 0 for padding at the end"))
     if "token_type_ids" in accepted and (getattr(config, "type_vocab_size", 0) or 0) > 1:
         inputs.append(({"name": "token_type_ids", "dtype": "int64", "shape": ["batch", "seq"], "range": [0, config.type_vocab_size]}, "segment ids"))
-    if decoder:
-        dims, inputs = _with_past_inputs(dims, inputs, model_class, config)
-    return dims, inputs, decoder
+    return dims, inputs
 
 
 # A small config's model with at most this many parameters is tried on the CPU, not the meta device.

@@ -87,6 +87,7 @@ EVALUATORS = {
     "Div": _div,
     "Neg": lambda n, a: np.negative(a),
     "Sqrt": lambda n, a: np.sqrt(a),
+    "Exp": lambda n, a: np.exp(a),  # CLIP's logit_scale.exp(): ModelOpt's INT8 fails on an Exp of an initializer (IndexError)
     "Reciprocal": lambda n, a: np.reciprocal(a),
     "Pow": lambda n, a, b: np.power(a, b).astype(a.dtype),
     "Cast": lambda n, a: a.astype(ir.DataType(_attr(n, "to")).numpy()),
