@@ -115,8 +115,16 @@ def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tup
     A tensor alone is "output"; a ModelOutput or dict gives its keys in order, None values
     skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
     list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0);
-    a transformers KV cache gives present.{i}.key / present.{i}.value.
+    a transformers KV cache gives present.{i}.key / present.{i}.value. A number or an empty container
+    beside tensors is no graph output and is skipped (MaskFormer-Swin's spatial dims, SAM-HQ's empty list).
     """
+    flat = _tensors(output, profile, prefix)
+    if not flat:
+        raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
+    return flat
+
+
+def _tensors(output: Any, profile: Profile, prefix: str) -> list[tuple[str, Any]]:
     import torch
 
     if isinstance(output, torch.Tensor):
@@ -127,13 +135,12 @@ def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tup
         items = [(str(k), v) for k, v in output.items() if v is not None]
     elif isinstance(output, (tuple, list)):
         items = [(f"output_{i}" if not prefix else str(i), v) for i, v in enumerate(output) if v is not None]
+    elif isinstance(output, int | float) and prefix:
+        return []
     else:
         raise InputError(f"{profile.source}: the model's output {prefix or 'value'!r} is a {type(output).__name__}, not a tensor; "
                          "return tensors (or a KV cache, ModelOutput, dict, tuple or list of them)")
-    flat = [pair for key, value in items for pair in flatten_outputs(value, profile, f"{prefix}_{key}" if prefix else key)]
-    if not flat:
-        raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
-    return flat
+    return [pair for key, value in items for pair in _tensors(value, profile, f"{prefix}_{key}" if prefix else key)]
 
 
 def _is_cache(output: Any) -> bool:
