@@ -46,6 +46,9 @@ def test_outputs_are_flattened_in_a_documented_order():
     assert [n for n, _ in flatten_outputs({"logits": a, "hidden_states": (b, c), "attentions": None}, profile)] == ["logits", "hidden_states_0", "hidden_states_1"]
     # MaskFormer-Swin's spatial dims (numbers) and SAM-HQ's empty list beside its tensors are no graph outputs
     assert [n for n, _ in flatten_outputs({"logits": a, "hidden_states_spatial_dimensions": ((7, 7),), "intermediate_embeddings": []}, profile)] == ["logits"]
+    # FLAVA returns its image embeddings twice (image_embeddings, image_output.last_hidden_state): one output
+    assert [n for n, _ in flatten_outputs({"image_embeddings": a, "image_output": {"last_hidden_state": a, "pooler_output": b}}, profile)] == [
+        "image_embeddings", "image_output_pooler_output"]
     assert [n for n, _ in flatten_outputs([a, (b, c)], profile)] == ["output_0", "output_1_0", "output_1_1"]
     with pytest.raises(InputError, match="the model's output 'past' is a str, not a tensor"):
         flatten_outputs({"past": "cache"}, profile)

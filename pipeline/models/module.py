@@ -116,9 +116,15 @@ def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tup
     skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
     list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0);
     a transformers KV cache gives present.{i}.key / present.{i}.value. A number or an empty container
-    beside tensors is no graph output and is skipped (MaskFormer-Swin's spatial dims, SAM-HQ's empty list).
+    beside tensors is no graph output and is skipped (MaskFormer-Swin's spatial dims, SAM-HQ's empty list), and a
+    tensor returned twice is one output under its first name (FLAVA's image_embeddings is its image_output's
+    last_hidden_state: the exporter writes it once).
     """
-    flat = _tensors(output, profile, prefix)
+    flat, seen = [], set()
+    for name, tensor in _tensors(output, profile, prefix):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            flat.append((name, tensor))
     if not flat:
         raise InputError(f"{profile.source}: the model returned no tensor ({type(output).__name__} with nothing in it)")
     return flat
