@@ -174,14 +174,14 @@ def _output_names(module: Any, example: tuple, profile: Profile) -> list[str]:
 
 
 def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch and with the exported file on onnxruntime (`session`; pipeline/core/generation.py):
-    the tokens must agree exactly. torch's run is saved to `reference_path` (if given) for later stages."""
+    """Greedy decoding with torch, followed by the exported file on onnxruntime (`session`; pipeline/core/generation.py):
+    its picks must be torch's at every step. torch's run is saved to `reference_path` (if given) for later stages."""
     import time
 
     import onnx
     import torch
 
-    from pipeline.core.generation import compare, embedding_head, greedy, require_exact, save_reference
+    from pipeline.core.generation import compare, embedding_head, follow, greedy, require_exact, save_reference
 
     unfed = _tokens_it_does_not_take(profile, session)
     if unfed:
@@ -191,7 +191,7 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
     started = time.perf_counter()
     with _one_thread(torch):
         reference = greedy(torch_run, profile, head)
-    figures = compare(reference, greedy(session.run_named, profile, head))
+    figures = compare(reference, follow(session.run_named, profile, reference, head))
     require_exact(figures, "export", "torch's")
     if reference_path is not None:
         save_reference(reference_path, reference, head)

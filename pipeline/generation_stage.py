@@ -18,17 +18,17 @@ GENERATION_INPUTS = ("export.*",)  # export.generation, present for a decoder on
 
 
 def tokens_note(metrics: dict[str, Any]) -> str:
-    """For a stage's line: how many of a decoder's greedy tokens equal torch's ("" for an encoder)."""
+    """For a stage's line: at how many steps a decoder fed torch's tokens picks torch's next token ("" for an encoder)."""
     figures = metrics.get("generation")
     if figures and "skipped" in figures:
         return f", generation check skipped: {figures['skipped']}"
-    return f", greedy tokens {figures['token_agreement']:.0%} as torch's" if figures else ""
+    return f", next tokens {figures['token_agreement']:.0%} as torch's" if figures else ""
 
 
 def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> dict[str, Any] | None:
-    """Greedy generation of `candidate` against the export's torch reference: None for a model the
+    """`candidate` fed the export's torch generation (pipeline/core/generation.py `follow`): None for a model the
     export did not decode (an encoder). optimize must agree exactly; fp16/int8 pass the gate."""
-    from pipeline.core.generation import compare, gate, greedy, load_feeds, load_reference, require_exact
+    from pipeline.core.generation import compare, follow, gate, load_feeds, load_reference, require_exact
     from pipeline.core.verify import OnnxSession
 
     if "generation" not in job.outputs_of("export"):
@@ -39,7 +39,7 @@ def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> d
     reference, head = load_reference(path)
     fed = load_feeds(path)  # an encoder-decoder's decoder: its start tokens and the encoder outputs (cross-attention caches) torch decoded from
     session = candidate if isinstance(candidate, OnnxSession) else OnnxSession(candidate)
-    figures = compare(reference, greedy(session.run_named, profile, head, ids=fed["prompt"], fixed=fed["fixed"]))
+    figures = compare(reference, follow(session.run_named, profile, reference, head, ids=fed["prompt"], fixed=fed["fixed"]))
     figures["check_seconds"] = round(time.perf_counter() - started, 3)
     if stage == "optimize":
         require_exact(figures, stage, "torch's (the export's reference)")

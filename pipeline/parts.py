@@ -170,7 +170,7 @@ def _reference(decoder: Path) -> Path | None:
 
 
 def _print_check(console: Any, check: dict[str, Any]) -> None:
-    """`e2e     int8      done        2.10s  greedy tokens 93.8% as torch's (64 tokens)`, as a stage line."""
+    """`e2e     int8      done        2.10s  next tokens 93.8% as torch's (64 tokens)`, as a stage line."""
     from rich.markup import escape
 
     from pipeline.core.text import printable
@@ -178,6 +178,6 @@ def _print_check(console: Any, check: dict[str, Any]) -> None:
     colour = {"done": "green", "failed": "red", "skipped": "yellow"}[check["status"]]
     status = f"[{colour}]{check['status']}[/]{' ' * (len('interrupted') - len(check['status']))}"
     figures = check["metrics"]
-    detail = (f"greedy tokens {figures['token_agreement']:.1%} as torch's ({figures['tokens']} tokens)" if check["status"] == "done"
+    detail = (f"next tokens {figures['token_agreement']:.1%} as torch's ({figures['tokens']} tokens)" if check["status"] == "done"
               else check["reason"].split(";")[0])
     console.print(f"{CHECK:<8}{check['precision']:<9} {status} {check['seconds']:7.2f}s  {escape(printable(detail))}", highlight=False, soft_wrap=True)

@@ -27,7 +27,7 @@ class Precision:
     placed: bool = False  # its Q/DQ placement follows --preset
     quantized: bool = False  # Q/DQ in the graph: the build's diff stage compares its engine with the float one
     min_cosine: float | None = None  # default accuracy gate vs FP32 (cosine_centered), [quant] min_cosine_<name>
-    min_token_agreement: float | None = None  # a decoder's generation gate (share of greedy tokens), [quant] min_token_agreement_<name>
+    min_token_agreement: float | None = None  # a decoder's generation gate (share of steps where, fed torch's tokens, it picks torch's), [quant] min_token_agreement_<name>
     min_compute_capability: tuple[int, int] | None = None  # the GPU its engine needs, at least
     combines_with: str | None = None  # quantize: with this flag too, the other precision is its float parts (--int8 --fp16)
     repairable: bool = False  # a failed accuracy gate searches for the nodes to keep in higher precision (pipeline/stages/repair.py)

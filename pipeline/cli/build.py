@@ -59,7 +59,7 @@ def build(
     calib: Annotated[Optional[Path], typer.Option(help="Calibration data .npz (one array per input, samples stacked on its batch axis, axis 0 for most models) [default: synthetic from the profile].")] = None,
     preset: PresetOption = None,
     min_cosine: Annotated[Optional[float], typer.Option(min=0, max=1, help=f"Accuracy gate vs FP32 (cosine_centered) [default: {_gate_defaults('min_cosine')}].")] = None,
-    min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help=f"A decoder's gate: share of greedy tokens equal to torch's [default: {_gate_defaults('min_token_agreement')}; docs/decoders.md].")] = None,
+    min_token_agreement: Annotated[Optional[float], typer.Option(min=0, max=1, help=f"A decoder's gate: share of steps where, fed torch's greedy tokens, it picks torch's next one [default: {_gate_defaults('min_token_agreement')}; docs/decoders.md].")] = None,
     verbosity: Annotated[Optional[Verbosity], typer.Option(help="Engine profiling verbosity [default: detailed, which the report needs].")] = None,
     weak_fp16: Annotated[bool, typer.Option("--weak-fp16", help="TensorRT 10.x only: also let the builder pick FP16 kernels (legacy weak typing).")] = False,
     repair: Annotated[bool, typer.Option("--repair/--no-repair", help=REPAIR_HELP)] = True,

@@ -1,14 +1,17 @@
-"""The generation check, a decoder's accuracy figure: greedy decoding of `[export] new_tokens` tokens
-from fixed prompts, feeding the KV cache back (`present.{i}.*` -> `past_key_values.{i}.*`), or
+"""The generation check, a decoder's accuracy figure: torch's greedy decoding of `[export] new_tokens`
+tokens from fixed prompts, feeding the KV cache back (`present.{i}.*` -> `past_key_values.{i}.*`), or
 the whole sequence again for a model exported without its cache.
 
 One loop (`greedy`) drives any runner (`feeds -> {output name: array}`): torch's model at export,
 onnxruntime for the exported, optimized, FP16 and INT8 files, so the reference and the candidates
-are fed alike. The export stage saves torch's run (`save_reference`); later stages compare their
-model's run with it (`compare`): token agreement, the first step and batch row that differ, and
-per-step `cosine_centered` / `max_abs_diff` of the next-token logits up to that step (after it
-the models are fed different tokens), over the reference's 32 most likely tokens (all a saved reference keeps). A base model without `logits` is decoded through its input
-embedding matrix (a tied head, `logits = hidden @ embedding.T`), read from the ONNX file.
+are fed alike. The export stage saves torch's run (`save_reference`); a candidate is fed torch's
+tokens (`follow`, teacher forcing), so every step scores the same prefix, and `compare` counts the
+steps where it picks torch's token (the token agreement), the first step and batch row where it
+does not, and per-step `cosine_centered` / `max_abs_diff` of the next-token logits over the
+reference's 32 most likely tokens (all a saved reference keeps). Free-running decoding would part
+from torch's sequence at the first near tie a rounding flips and count every later step as wrong.
+A base model without `logits` is decoded through its input embedding matrix (a tied head,
+`logits = hidden @ embedding.T`), read from the ONNX file.
 """
 
 from __future__ import annotations
@@ -70,9 +73,10 @@ def prompts(profile: Profile) -> np.ndarray:
 
 
 def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: np.ndarray | None = None,
-           new_tokens: int | None = None, fixed: dict[str, np.ndarray] | None = None) -> Generation:
+           new_tokens: int | None = None, fixed: dict[str, np.ndarray] | None = None, forced: np.ndarray | None = None) -> Generation:
     """Greedy decoding of `new_tokens` (default: the profile's) from `ids` (default: `prompts(profile)`) through `run`;
-    `fixed`: inputs fed unchanged at every step (an encoder-decoder's cross-attention caches and mask, one row per prompt)."""
+    `fixed`: inputs fed unchanged at every step (an encoder-decoder's cross-attention caches and mask, one row per prompt);
+    `forced` [batch, new_tokens]: the tokens fed back instead of the picks (teacher forcing: a reference's tokens)."""
     ids = prompts(profile) if ids is None else ids
     specs = {s.name: s for s in profile.inputs}
     past_names = [s.name for s in profile.inputs if PAST_INPUT.fullmatch(s.name)]
@@ -80,7 +84,7 @@ def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: n
     past = {name: np.zeros((batch, specs[name].shape[1], 0, specs[name].shape[3]), np.float32) for name in past_names}
     tokens, scores = [], []
     new, seen = ids, 0  # tokens to feed, tokens already in the cache
-    for _ in range(profile.export.new_tokens if new_tokens is None else new_tokens):
+    for index in range(profile.export.new_tokens if new_tokens is None else new_tokens):
         total = seen + new.shape[1]
         feeds = {"input_ids": new.astype(specs["input_ids"].dtype)}
         if "attention_mask" in specs:
@@ -96,11 +100,12 @@ def greedy(run: Runner, profile: Profile, head: np.ndarray | None = None, ids: n
         token = step.argmax(axis=-1).astype(np.int64)
         tokens.append(token)
         scores.append(step)
+        fed = token if forced is None else forced[:, index]
         if past_names:
             past = {name: outputs[name.replace("past_key_values", "present")] for name in past_names}
-            new, seen = token[:, None], total
+            new, seen = fed[:, None], total
         else:
-            new = np.concatenate([new, token[:, None]], axis=1)
+            new = np.concatenate([new, fed[:, None]], axis=1)
     return Generation(np.stack(tokens, axis=1), np.stack(scores))
 
 
@@ -158,17 +163,22 @@ def load_feeds(path: Path) -> dict[str, Any]:
                 **{group: {k.removeprefix(f"{group}."): data[k] for k in data if k.startswith(f"{group}.")} for group in ("fixed", "encoder")}}
 
 
+def follow(run: Runner, profile: Profile, reference: Generation, head: np.ndarray | None = None, ids: np.ndarray | None = None,
+           fixed: dict[str, np.ndarray] | None = None) -> Generation:
+    """`run` decoding `reference`'s tokens (teacher forcing): its pick and scores at every step after the reference's prefix."""
+    return greedy(run, profile, head, ids, reference.tokens.shape[1], fixed, forced=reference.tokens)
+
+
 def compare(reference: Generation, candidate: Generation) -> dict[str, Any]:
-    """Token agreement (the share of generated tokens equal to the reference's), the first step and
-    batch row that differ (None: none), and per-step figures up to that step of the scores of the
+    """Token agreement of a `candidate` that `follow`ed the reference: the share of steps where it picks the reference's
+    token, the first step and batch row where it does not (None: none), and per-step figures of the scores of the
     reference's `REFERENCE_TOP_K` most likely tokens."""
     reference = reference.top()
     equal = reference.tokens == candidate.tokens
     differing = np.argwhere(~equal)
     first = (int(differing[:, 1].min()), int(differing[differing[:, 1] == differing[:, 1].min()][0, 0])) if differing.size else None
-    compared = reference.logits.shape[0] if first is None else first[0] + 1
     steps = []
-    for step in range(compared):
+    for step in range(reference.logits.shape[0]):
         want, got = reference.logits[step], np.take_along_axis(candidate.logits[step], reference.ids[step], -1)
         centre = want.mean(axis=-1, keepdims=True)
         steps.append({"cosine_centered": round(_cosine(want - centre, got - centre), 6), "max_abs_diff": float(np.max(np.abs(want - got)))})
@@ -195,8 +205,8 @@ def require_exact(figures: dict[str, Any], stage: str, what: str) -> None:
 def gate(figures: dict[str, Any], stage: str, minimum: float) -> None:
     """Fail the stage when the token agreement is below `minimum`."""
     if not figures["token_agreement"] >= minimum:
-        raise StageFailed(f"{stage}: greedy generation's token agreement {figures['token_agreement']:.2%} < {minimum:.2%} "
-                          f"(first divergent step {figures['first_divergent_step']}, batch row {figures['first_divergent_row']}); "
+        raise StageFailed(f"{stage}: next-token agreement {figures['token_agreement']:.2%} < {minimum:.2%} (fed torch's greedy tokens, "
+                          f"first step that picks another: {figures['first_divergent_step']}, batch row {figures['first_divergent_row']}); "
                           "exclude sensitive nodes, try another preset or more calibration data, or lower --min-token-agreement")
 
 

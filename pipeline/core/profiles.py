@@ -190,8 +190,8 @@ class QuantSection(_Section):
     min_cosine: dict[str, float] = Field(default_factory=dict, description="accuracy gate vs FP32 (cosine_centered) by precision, "
                                          "written min_cosine_<precision> [default: the precision's, pipeline/precisions.py]")
     int4_method: Literal["awq_clip", "rtn_dq"] = Field(default="awq_clip", description="AWQ (calibrated) or round to nearest (no data)")
-    min_token_agreement: dict[str, float] = Field(default_factory=dict, description="a decoder's gate by precision: share of greedy tokens "
-                                                  "equal to FP32's, written min_token_agreement_<precision>")
+    min_token_agreement: dict[str, float] = Field(default_factory=dict, description="a decoder's gate by precision: share of steps where, fed torch's "
+                                                  "greedy tokens, it picks torch's next one, written min_token_agreement_<precision>")
     fp16_exclude_op_types: list[str] = Field(default_factory=list)
     fp16_exclude_nodes: list[str] = Field(default_factory=list, description="regular expressions")
     int8_exclude_nodes: list[str] = Field(default_factory=list, description="nodes the int8 stage leaves unquantized: regular expressions")

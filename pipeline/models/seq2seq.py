@@ -218,11 +218,11 @@ def start_ids(model: Any, rows: int, profile: Profile) -> np.ndarray:
 
 
 def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch_run: Runner, session: Any, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch (`torch_run`: the model's decoder forward) and with the exported decoder (`session`) on
-    the torch encoder part's cross-attention caches for the encoder profile `given`'s inputs: the tokens must agree
-    exactly. torch's run, with the encoder's inputs and the caches and mask it fed, is saved to `reference_path` (if
+    """Greedy decoding with torch (`torch_run`: the model's decoder forward), followed by the exported decoder (`session`), on
+    the torch encoder part's cross-attention caches for the encoder profile `given`'s inputs: its picks must be torch's
+    at every step. torch's run, with the encoder's inputs and the caches and mask it fed, is saved to `reference_path` (if
     given) for later stages and `end_to_end_generation`."""
-    from pipeline.core.generation import compare, greedy, require_exact, save_reference
+    from pipeline.core.generation import compare, follow, greedy, require_exact, save_reference
 
     started = time.perf_counter()
     encoder_inputs = generation_inputs(given)
@@ -231,7 +231,7 @@ def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch
         fixed["encoder_attention_mask"] = encoder_inputs["attention_mask"]
     prompt = start_ids(model, len(next(iter(encoder_inputs.values()))), profile)
     reference = greedy(torch_run, profile, ids=prompt, fixed=fixed)
-    figures = compare(reference, greedy(session.run_named, profile, ids=prompt, fixed=fixed))
+    figures = compare(reference, follow(session.run_named, profile, reference, ids=prompt, fixed=fixed))
     require_exact(figures, "export", "torch's")
     if reference_path is not None:
         feeds = {"prompt": prompt, **{f"fixed.{k}": v for k, v in fixed.items()}, **{f"encoder.{k}": v for k, v in encoder_inputs.items()}}
@@ -251,12 +251,12 @@ def cross_feeds(encoded: dict[str, np.ndarray], profile: Profile) -> dict[str, n
 
 
 def end_to_end_generation(encoder_onnx: Path, decoder_onnx: Path, reference: Path, profile: Profile) -> dict[str, Any]:
-    """Greedy generation through an encoder and a decoder file on onnxruntime CPU (the encoder once on the reference's
-    encoder inputs, giving the cross-attention caches; the decoder step by step on them and its own cache) against
-    torch's, the decoder part's export reference (model.generation.npz): `compare`'s figures (token agreement, first
+    """An encoder and a decoder file on onnxruntime CPU following torch's greedy generation (the encoder once on the
+    reference's encoder inputs, giving the cross-attention caches; the decoder fed torch's tokens step by step on them and
+    its own cache), the decoder part's export reference (model.generation.npz): `compare`'s figures (token agreement, first
     divergent step and row, ...). `profile`: the decoder part's (its derived inputs), or the user's, the cache inputs
     then read from `decoder_onnx`."""
-    from pipeline.core.generation import compare, greedy, load_feeds, load_reference
+    from pipeline.core.generation import compare, follow, load_feeds, load_reference
     from pipeline.core.verify import OnnxSession
 
     started = time.perf_counter()
@@ -264,7 +264,7 @@ def end_to_end_generation(encoder_onnx: Path, decoder_onnx: Path, reference: Pat
     fed = load_feeds(reference)
     steps = _decoder_inputs(profile, decoder_onnx)
     fixed = {**fed["fixed"], **cross_feeds(OnnxSession(encoder_onnx).run_named(fed["encoder"]), steps)}
-    candidate = greedy(OnnxSession(decoder_onnx).run_named, steps, ids=fed["prompt"], new_tokens=expected.tokens.shape[1], fixed=fixed)
+    candidate = follow(OnnxSession(decoder_onnx).run_named, steps, expected, ids=fed["prompt"], fixed=fixed)
     return {**compare(expected, candidate), "check_seconds": round(time.perf_counter() - started, 3)}
 
 
