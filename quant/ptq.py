@@ -20,6 +20,7 @@ import numpy as np
 from pipeline.core.errors import InputError, StageFailed, first_line
 
 MODELOPT_ERRORS = (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError, NotImplementedError)
+GEMV_DETECTING_MODES = ("int8", "fp8")  # the modes whose ModelOpt quantizer leaves GEMVs and small GEMMs in float
 
 
 @dataclass(frozen=True)
@@ -69,18 +70,36 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
     model = model if model is not None else load_onnx(source)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
     before_modelopt()  # lief is imported with modelopt.onnx.quantization, just above
-    with private_copy(source, external_tensors(model), beside=beside) as (workdir, copy):
+    external = external_tensors(model)
+    with private_copy(source, external, beside=beside) as (workdir, copy):
         if name_anonymous_input_dims(model):
             onnx.save(model, str(copy))
         del model
         output = workdir / "quantized.onnx"
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
+                if arguments["quantize_mode"] in GEMV_DETECTING_MODES:
+                    arguments = small_gemms_excluded_exactly(copy, arguments, bool(external))
                 quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR", **arguments)
         except MODELOPT_ERRORS as err:
             raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {first_line(err)}; "
                              f"{hint + ', or ' if hint else ''}rerun with --debug for ModelOpt's traceback") from err
         return onnx.load(str(output))
+
+
+def small_gemms_excluded_exactly(path: Path, arguments: dict[str, Any], external_data: bool) -> dict[str, Any]:
+    """`arguments` with ModelOpt's GEMV / small-GEMM exclusion (a MatMul or Gemm whose M or N is 1, or K or N under 16, on
+    the first calibration feed) run here and passed as exact names, its own turned off. ModelOpt adds the names it finds
+    to `nodes_to_exclude`, which it reads as regular expressions matched at the start of a name: JetMoE's router
+    `node_linear` (8 experts: N = 8) left every `node_linear_*`, all 70 GEMMs, in float (and `node_linear_1` would take
+    `node_linear_10` to `node_linear_19` with it)."""
+    import re
+
+    from modelopt.onnx.quantization.graph_utils import find_nodes_from_matmul_to_exclude
+
+    small = find_nodes_from_matmul_to_exclude(str(path), external_data, calibration_data_reader=arguments["calibration_data_reader"], calibration_eps=["cpu"])
+    exact = [re.escape(name) + "$" for name in sorted(small) if name]
+    return {**arguments, "enable_gemv_detection_for_trt": False, "nodes_to_exclude": [*(arguments.get("nodes_to_exclude") or []), *exact] or None}
 
 
 def name_anonymous_input_dims(model) -> list[str]:

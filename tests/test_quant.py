@@ -349,6 +349,32 @@ def test_quantize_int8_fails_when_modelopt_quantized_nothing(tmp_path):
     assert not (tmp_path / "q.onnx").exists()
 
 
+def test_a_small_gemm_left_in_float_keeps_only_itself_in_float(tmp_path):
+    """ModelOpt reads the GEMV / small-GEMM names it excludes as regular expressions matched at a name's start: JetMoE's
+    router `node_linear` (N = 8 experts) took every `node_linear_*`, all its GEMMs, into float ("no node was quantized").
+    Here `node_linear` (N = 8) stays in float, `node_linear_1` and `node_linear_10` beside it are quantized."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("router", (32, 8)), ("up", (32, 32)), ("down", (32, 32)))]
+    nodes = [helper.make_node("MatMul", ["X", "router"], ["R"], name="node_linear"),
+             helper.make_node("MatMul", ["X", "up"], ["h"], name="node_linear_1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "down"], ["Y"], name="node_linear_10")]
+    graph = helper.make_graph(nodes, "routed", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 8, 32])],
+                              [helper.make_tensor_value_info("R", TensorProto.FLOAT, ["batch", 8, 8]),
+                               helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", 8, 32])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "routed.onnx"))
+    np.savez(tmp_path / "calib.npz", X=rng.standard_normal((16, 8, 32)).astype(np.float32))
+
+    result = run_cli("quantize", str(tmp_path / "routed.onnx"), "-o", str(tmp_path / "q.onnx"), "--int8", "--preset", "gemm-only",
+                     "--calib", str(tmp_path / "calib.npz"))
+    assert result.returncode == 0, result.stderr
+    quantized = onnx.load(str(tmp_path / "q.onnx")).graph
+    dequantized = {o for n in quantized.node if n.op_type == "DequantizeLinear" for o in n.output}
+    reads_int8 = {n.name: all(i in dequantized for i in n.input) for n in quantized.node if n.op_type == "MatMul"}
+    assert reads_int8 == {"node_linear": False, "node_linear_1": True, "node_linear_10": True}
+
 
 def test_quantize_prints_paths_and_origins_as_written(tmp_path):
     """Square brackets in a path or in the calibration's origin ("[quant] samples") are text, not rich markup."""
