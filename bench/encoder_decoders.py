@@ -2,7 +2,7 @@
 random weights from a small config, nothing downloaded) through one whole `build --fp16 --int8 --until int8` process
 in a fresh folder, one after another. Recorded per model from the part manifests and the top-level one: the
 result (or the one-line error), each part's nodes before/after optimize and seconds per stage, the decoder part's
-greedy-token agreement with torch per stage and how many distinct tokens torch's reference decodes per row, INT8 Q/DQ pairs and lint findings per part, and the end-to-end
+next-token agreement with torch's greedy tokens per stage (each stage's model fed torch's tokens) and how many distinct tokens torch's reference decodes per row, INT8 Q/DQ pairs and lint findings per part, and the end-to-end
 agreement (encoder and decoder files of one precision, OUT/manifest.json); and the load average.
 
 Run: python bench/encoder_decoders.py          -> bench/results/encoder_decoders.json, the table in docs/decoders.md
@@ -65,7 +65,7 @@ def _part_record(stages: dict[str, dict]) -> dict:
 
 
 def readme_table(results: dict) -> str:
-    rows = ["| model | result | nodes encoder / decoder (optimize) | decoder tokens export / opt / fp16 / int8 | end to end fp32 / fp16 / int8 | "
+    rows = ["| model | result | nodes encoder / decoder (optimize) | decoder next tokens export / opt / fp16 / int8 | end to end fp32 / fp16 / int8 | "
             "torch's distinct tokens per row | INT8 Q/DQ pairs encoder / decoder | s (whole build) |", "|---|---|---|---|---|---|---|---|"]
     for r in results["runs"]:
         encoder, decoder = r["parts"]["encoder"], r["parts"]["decoder"]

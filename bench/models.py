@@ -105,7 +105,7 @@ def run_decoder(name: str, cache: str, exporter: str) -> dict:
 
 def decoder_table(results: dict) -> str:
     """docs/decoders.md's corpus table, rendered from the recorded decoder runs."""
-    rows = ["| model | cache | exporter | result | nodes (optimize) | token agreement export / opt / fp16 / int8 | first divergent step fp16 / int8 | "
+    rows = ["| model | cache | exporter | result | nodes (optimize) | next-token agreement export / opt / fp16 / int8 | first step picking another token fp16 / int8 | "
             "Q/DQ | lint | s (export/opt/fp16/int8) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results.get("decoders", []):
         if not r["passed"]:
