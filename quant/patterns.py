@@ -70,9 +70,10 @@ def _attention_matmul_nodes(model, graph: GraphIndex) -> list:
 
 def rms_norm_nodes(model) -> list[str]:
     """Names of the nodes of each written-out RMSNorm, `x * 1/sqrt(mean(x^2) + eps) [* weight]`: the square
-    (Pow(x, 2) or Mul(x, x)), the mean, the Add/Sqrt/Reciprocal/Div chain and the Mul (or Div) that
-    normalizes x. ModelOpt quantizes the per-row factor 1/sqrt(...) feeding that Mul, whose range
-    spans orders of magnitude (1/sqrt(eps) for a zero row)."""
+    (Pow(x, 2) or Mul(x, x)), the mean, the Add/Sqrt/Reciprocal/Div chain (or Pow(., -0.5): Gemma 3n's,
+    Gemma 4's and EmbeddingGemma's `torch.pow(mean_squared, -0.5)`) and the Mul (or Div) that normalizes x.
+    ModelOpt quantizes the per-row factor 1/sqrt(...) feeding that Mul, whose range spans orders of
+    magnitude (1/sqrt(eps) for a zero row), and the square x^2, whose range is the square of x's."""
     graph = GraphIndex.of(model)
     found: list[str] = []
     for mean in (n for n in graph.nodes if n.op_type == "ReduceMean"):
@@ -83,7 +84,7 @@ def rms_norm_nodes(model) -> list[str]:
         for _ in range(4):
             following = [c for n in frontier for o in n.output for c in graph.consumers(o)]
             normalized += [c.name for c in following if c.op_type in ("Mul", "Div") and x in c.input]
-            frontier = [c for c in following if c.op_type in ("Add", "Sqrt", "Reciprocal", "Div") and x not in c.input]
+            frontier = [c for c in following if c.op_type in ("Add", "Sqrt", "Reciprocal", "Div", "Pow") and x not in c.input]
             chain += [c.name for c in frontier]
         if normalized:
             found += chain + normalized

@@ -7,8 +7,9 @@
 - `trt-fusion` (default): the placement TensorRT's "Explicit Quantization" rules ask for.
   Quantize the inputs of weighted ops (MatMul/Gemm/Conv) and the residual *skip* input of an
   Add, never a GEMM/Conv output before its bias, activation or residual Add (so they fuse
-  into the GEMM), never the input of LayerNormalization or Softmax (their internals run in
-  float inside the fused region); attention MatMuls get Q/DQ only when fused INT8 attention
+  into the GEMM), never the input of LayerNormalization, Softmax or a written-out RMSNorm's
+  nodes (their internals run in float inside the fused region; EmbeddingGemma's quantized x^2
+  and 1/sqrt(mean) took its INT8 output to cosine 0.970); attention MatMuls get Q/DQ only when fused INT8 attention
   is possible (head size 16/32/64 and sequence <= 512, "Explicit Quantization" / "Fused
   Attention"), else `disable_mha_qdq`. The attention-mask Add before Softmax is never
   quantized: it runs inside the fused attention, and a Hugging Face mask holds the float
@@ -115,7 +116,7 @@ def check_family(preset: Preset, model) -> None:
     """A preset written for another family than the model's is one line naming the preset that fits."""
     family = model_family(model)
     if preset.family is not None and preset.family != family:
-        raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is a {family} "
+        raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is {'an' if family[0] in 'aeiou' else 'a'} {family} "
                          f"({_family_evidence(family)}): use --preset {FAMILY_PRESET[family]}")
 
 
@@ -151,8 +152,9 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
 
 
 def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
-    """The nodes a decoder preset leaves unquantized, by part: the lm_head GEMM (the last GEMM
-    before the logits output) and the nodes that read a KV cache input or write a KV cache output."""
+    """The nodes a preset leaves unquantized, by part (`rules.keep_float`): the lm_head GEMM (the last GEMM before
+    the logits output), the nodes that read a KV cache input or write a KV cache output, the attention MatMuls, and
+    the nodes of a written-out RMSNorm."""
     kept: dict[str, list[str]] = {}
     graph = GraphIndex.of(model)
     if "lm_head" in rules.keep_float:

@@ -339,7 +339,7 @@ CASES = {
     "quantize --fp8 with a decoder preset on a CNN": Case(("quantize", "conv.onnx", "--fp8", "--preset", "decoder", "--profile", "conv.toml", "-o", "out.onnx"),
                                                           "--preset decoder is written for decoder models, but this model is a cnn (convolutions, no attention): use --preset cnn"),
     "build --fp8 with the cnn preset on an MLP": Case(("build", "--profile", "tiny.toml", "--fp8", "--preset", "cnn", "--until", "fp8", "--out", "o"),
-                                                      "--preset cnn is written for cnn models, but this model is a encoder", new_files=("o", "o/manifest.json", "o/model.onnx", "o/model.opt.onnx")),
+                                                      "--preset cnn is written for cnn models, but this model is an encoder", new_files=("o", "o/manifest.json", "o/model.onnx", "o/model.opt.onnx")),
     "quantize --fp8 without a profile": Case(("quantize", "good.onnx", "--fp8", "-o", "out.onnx"), "quantize --fp8 needs --profile NAME"),
     "quantize --fp8 with --int4": Case(("quantize", "good.onnx", "--fp8", "--int4", "-o", "out.onnx"), "--fp8 and --int4 make different models"),
     "hf_config the model cannot use": Case(("export", "--profile", "convnext.toml", "-o", "m.onnx"), "hf_config: transformers cannot build a convnext model"),

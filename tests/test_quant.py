@@ -444,6 +444,13 @@ def test_a_written_out_rms_norm_is_found_whole():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], constants)
     assert rms_norm_nodes(helper.make_model(graph)) == ["add_eps", "mean", "normalize", "pow", "reciprocal", "sqrt"]
 
+    # Gemma 3n, Gemma 4, EmbeddingGemma: x * pow(mean(x^2) + eps, -0.5), missed before (its x^2 and factor quantized)
+    inverse = helper.make_node("Pow", ["ms_eps", "minus_half"], ["inv"], name="inverse_sqrt")
+    nodes = [*nodes[:3], inverse, *nodes[5:]]
+    constants.append(helper.make_tensor("minus_half", TensorProto.FLOAT, [], [-0.5]))
+    graph = helper.make_graph(nodes, "rms", graph.input, graph.output, constants)
+    assert rms_norm_nodes(helper.make_model(graph)) == ["add_eps", "inverse_sqrt", "mean", "normalize", "pow"]
+
 
 def test_a_causal_mask_built_from_positions_makes_a_decoder():
     """A decoder exported without its cache has no past_key_values: its causal mask, key position <= query

@@ -70,6 +70,6 @@ def test_int4_is_weight_only_on_matmul_and_gemm(vit, tmp_path, method):
 
 def test_a_preset_for_another_family_names_the_one_that_fits(vit, tmp_path):
     source, calibration, held_out = vit
-    with pytest.raises(InputError, match="--preset cnn is written for cnn models, but this model is a encoder .*use --preset trt-fusion"):
+    with pytest.raises(InputError, match="--preset cnn is written for cnn models, but this model is an encoder .*use --preset trt-fusion"):
         quantize_fp8(source, tmp_path / "fp8.onnx", calibration, 1, held_out, preset_name="cnn", min_cosine=0.99)
     assert not (tmp_path / "fp8.onnx").exists() and {p.family for p in PRESETS.values()} == {None, "cnn", "decoder"}
