@@ -29,6 +29,23 @@ def builds_causal_mask(model, hops: int = 6) -> bool:
     return any(n.op_type in CAUSAL_COMPARISONS and len(n.input) == 2 and all(from_range(i) for i in n.input) for n in graph.nodes)
 
 
+def reads_token_ids(model) -> bool:
+    """An integer graph input reaches, through Cast and reshapes, the indices of a Gather from a constant table: an
+    embedding lookup, so the model reads tokens (a language model, whatever its layers), not pixels or features."""
+    import onnx
+
+    graph = GraphIndex.of(model)
+    integer = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+    ids = {i.name for i in model.graph.input if i.type.HasField("tensor_type") and i.type.tensor_type.elem_type in integer}
+    for node in graph.nodes:  # in graph order: a reshape of the ids comes before what reads it
+        if node.op_type in ("Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze") and node.input and node.input[0] in ids:
+            ids.update(node.output)
+        elif node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in ids and (
+                node.input[0] in graph.initializers or graph.op(node.input[0]) in ("Constant", "DequantizeLinear")):
+            return True
+    return False
+
+
 def attention_mask_adds(model) -> list[str]:
     """Names of the Adds that add a mask to attention scores: their output feeds a Softmax
     (not residuals: the "skip" side is a mask of 0 and large negative values)."""

@@ -421,6 +421,13 @@ def test_auto_preset_is_the_preset_of_the_model_family(tmp_path):
         [helper.make_node("Conv", ["x", "w"], ["y"])], "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], [0.1] * 108)]))
     assert [resolve_preset("auto", m).name for m in (decoder, conv, _attention_graph(False))] == ["decoder", "cnn", "trt-fusion"]
+    # token ids looked up in an embedding, then a Conv1d and no attention (Mamba): a language model, not a CNN
+    mamba = helper.make_model(helper.make_graph(
+        [helper.make_node("Gather", ["embedding", "input_ids"], ["e"]), helper.make_node("Transpose", ["e"], ["t"], perm=[0, 2, 1]),
+         helper.make_node("Conv", ["t", "w"], ["y"], group=4)], "mamba",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6])],
+        [helper.make_tensor("embedding", TensorProto.FLOAT, [10, 4], [0.1] * 40), helper.make_tensor("w", TensorProto.FLOAT, [4, 1, 3], [0.1] * 12)]))
+    assert resolve_preset("auto", mamba).name == "trt-fusion"
     assert resolve_preset("gemm-only", conv).name == "gemm-only"
     with pytest.raises(InputError, match="--preset 'fast': use one of auto, trt-fusion, modelopt, gemm-only, cnn, decoder"):
         resolve_preset("fast", conv)
