@@ -146,6 +146,20 @@ def test_a_mixture_of_experts_whose_routing_cannot_run_on_meta_is_tried_on_the_c
     assert not starter._returns_cache(transformers.MixtralModel, config, small=False)  # a real-sized config is not built
 
 
+def test_a_small_mixture_of_experts_has_small_experts():
+    """AXK1's 192 experts kept their default width (moe_intermediate_size 2048): 77M parameters in the small config, and
+    init refused it for memory (24 GiB at batch 16). Every feed-forward width is cut to intermediate_size's."""
+    import transformers
+
+    from pipeline.models.size import SMALL_CONFIG, count_parameters, small_config_fields
+
+    fields = small_config_fields(transformers.AutoConfig.for_model("axk1"))
+    assert fields["moe_intermediate_size"] == fields["intermediate_size"] == SMALL_CONFIG["intermediate_size"]
+    assert count_parameters(transformers.AutoModel, transformers.AutoConfig.for_model("axk1", **fields)) < 10_000_000
+    shared = small_config_fields(transformers.AutoConfig.for_model("qwen2_moe"))["shared_expert_intermediate_size"]
+    assert shared == SMALL_CONFIG["intermediate_size"], "Qwen2-MoE's shared expert (5632 wide by default) too"
+
+
 def test_a_cache_shared_by_the_last_layers_is_scaled_to_the_small_depth_and_refused_by_name(tmp_path):
     """Gemma 3n: its last 15 of 35 layers reuse an earlier layer's cache. Kept at 15 against 2 layers, every layer shared
     one and the config refused itself ("The set of layer types producing a cache is different ..."). Scaled, the small

@@ -67,7 +67,8 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     (GPT-2: n_embd, n_layer, ...): SMALL_CONFIG's keys it has (a key it holds as a per-stage list
     keeps the list), its per-stage and per-layer lists cut to SMALL_STAGES entries (depths to 1 block
     each; `cut_lists` False: at their length, for an architecture whose stage count is fixed), rotary dims
-    within the head, images within SMALL_IMAGE, special tokens within the vocabulary."""
+    within the head, the other feed-forward widths (experts') within intermediate_size's, images within
+    SMALL_IMAGE, special tokens within the vocabulary."""
     defaults = config.to_dict()
     if getattr(config, "is_encoder_decoder", False):
         return _encoder_decoder_fields(config, defaults)
@@ -92,6 +93,8 @@ def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
     for key, value in defaults.items():
         if _is_head_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > head_dim:
             fields[key] = head_dim  # gptj: rotary_dim 64 of a 16-wide head; deepseek's qk_rope_head_dim
+        if _is_feed_forward_width(key) and isinstance(value, int) and not isinstance(value, bool) and value > SMALL_CONFIG["intermediate_size"]:
+            fields[key] = SMALL_CONFIG["intermediate_size"]  # an expert's width: AXK1's 192 experts of 2048 needed 24 GiB at batch 16
         if key == "image_size" and _largest_side(value) > SMALL_IMAGE:
             fields[key] = SMALL_IMAGE if isinstance(value, int) else [SMALL_IMAGE] * len(value)
     fields.update(_mrope_fields(type(config), defaults, fields.get(names["head_dim"], head_dim)))
@@ -209,6 +212,11 @@ def _shorter_lists(defaults: dict[str, Any], layers: Any) -> dict[str, Any]:
 def _is_head_width(key: str) -> bool:
     """A per-head width other than head_dim: rotary_dim, qk_rope_head_dim, v_head_dim, xlnet's and funnel's d_head, ..."""
     return key != "head_dim" and (key.endswith("head_dim") or key == "d_head" or ("rotary" in key or "rope" in key) and key.endswith("_dim"))
+
+
+def _is_feed_forward_width(key: str) -> bool:
+    """A feed-forward width other than intermediate_size: moe_intermediate_size, shared_expert_intermediate_size, ..."""
+    return key != "intermediate_size" and key.endswith("intermediate_size")
 
 
 def _is_run(run: Any) -> bool:
