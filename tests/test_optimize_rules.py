@@ -526,9 +526,27 @@ def test_gather_of_a_range_becomes_a_slice(tmp_path, start, delta, dtype):
     assert stats_of(result, "gather-of-range-as-slice")["applied"] == 1
 
 
+def test_gather_of_a_range_from_a_caches_length_becomes_a_slice(tmp_path):
+    """A decoder's positions, arange(past, past + seq) with past the cache's length (a Shape): ModelOpt AutoCast's
+    reference run of a user's decoder failed in onnxruntime on it ("... producing output: arange")."""
+    nodes = [helper.make_node("Shape", ["past"], ["past_shape"]),
+             helper.make_node("Gather", ["past_shape", "two"], ["past_length"], axis=0),
+             helper.make_node("Add", ["past_length", "seq"], ["end"]),
+             helper.make_node("Range", ["past_length", "end", "one"], ["positions"]),
+             helper.make_node("Gather", ["table", "positions"], ["y"], axis=0)]
+    constants = [("table", rand(16, 4)), ("two", np.array(2, np.int64)), ("one", np.array(1, np.int64))]
+    path = save_model(tmp_path, nodes, [helper.make_tensor_value_info("past", F, [1, 2, "past_seq", 4]),
+                                        helper.make_tensor_value_info("seq", TensorProto.INT64, [])],
+                      [helper.make_tensor_value_info("y", F, None)], constants)
+    for past, seq in ((0, 5), (7, 1), (3, 13)):
+        _, ops, diff, result = optimize_and_compare(tmp_path, path, {"past": rand(1, 2, past, 4), "seq": np.array(seq, np.int64)})
+        assert "Range" not in ops and "Slice" in ops and diff == 0.0
+    assert stats_of(result, "gather-of-range-as-slice")["applied"] == 1
+
+
 def test_gather_of_a_range_counting_from_the_end_or_read_elsewhere_stays(tmp_path):
     _, ops, diff, result = optimize_and_compare(tmp_path, range_gather_model(tmp_path, start=-3), {"n": np.array(-1, np.int64)})
     assert "Gather" in ops and diff == 0.0
-    assert "the Range counts down or from a negative start (a Gather index counts from the end)" in stats_of(result, "gather-of-range-as-slice")["why_not"]
+    assert "the Range counts down or from a start that may be negative (a Gather index counts from the end)" in stats_of(result, "gather-of-range-as-slice")["why_not"]
     _, ops, _, result = optimize_and_compare(tmp_path, range_gather_model(tmp_path, extra_use=True), {"n": np.array(5, np.int64)})
     assert "Gather" in ops and "the Range's indices are used by other nodes or are a graph output" in stats_of(result, "gather-of-range-as-slice")["why_not"]
