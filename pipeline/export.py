@@ -153,9 +153,10 @@ def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, 
     """The generation check of a decoder, or of an encoder-decoder's decoder part (on the encoder part's outputs for `given`'s inputs)."""
     import torch
 
+    from pipeline.core.generation import feeds_its_cache
     from pipeline.models.decoder import generates
 
-    if generates(module):
+    if generates(module) or feeds_its_cache(profile, session.outputs):
         status("generation check: greedy decoding on onnxruntime vs torch")
         return _check_generation(profile, module, onnx_path, session, reference_path)
     if profile.export.part != "decoder":

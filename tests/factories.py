@@ -246,6 +246,37 @@ def stacked_cache_decoder():
     return _StackedCacheDecoder().eval()
 
 
+class _OwnCacheDecoder(nn.Module):
+    """A decoder of a user's writing: its cache one key and one value per layer, fed and returned by the names
+    trt-pipeline reads (`past_key_values.{i}.key` in, `present.{i}.key` out); positions looked up as
+    `arange(past, past + seq)`, with past the cache's length."""
+
+    def __init__(self, vocab=500, d=64, heads=4, layers=2):
+        super().__init__()
+        self.heads, self.embed, self.positions = heads, nn.Embedding(vocab, d), nn.Embedding(64, d)
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, input_ids, attention_mask, *cache):
+        past = cache[0].shape[2]
+        x = self.embed(input_ids) + self.positions(torch.arange(past, past + input_ids.shape[1]))
+        b, t, d = x.shape
+        causal = torch.arange(past + t)[None, :] <= torch.arange(past, past + t)[:, None]
+        allowed = causal[None, None] & attention_mask[:, None, None, :].bool()
+        outputs = {}
+        for i, qkv in enumerate(self.qkv):
+            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in qkv(x).split(d, dim=-1))
+            k, v = torch.cat([cache[2 * i], k], dim=2), torch.cat([cache[2 * i + 1], v], dim=2)
+            x = x + nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2).reshape(b, t, d)
+            outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = k, v
+        return {"logits": self.head(x), **outputs}
+
+
+def own_cache_decoder():
+    torch.manual_seed(0)
+    return _OwnCacheDecoder().eval()
+
+
 class _PaddedMaxPool(nn.Module):
     """Zero padding, then a max pool (a BiT stem's): over a window of negative values the padded 0 is the maximum."""
 

@@ -141,6 +141,50 @@ def test_an_unchanged_gpt2_factory_builds_fp16_and_int8_with_generation_figures(
     assert [i.name for i in int8.input][3:] == [f"past_key_values.{i}.{k}" for i in range(2) for k in ("key", "value")], "GPT-2 takes no position_ids"
 
 
+OWN_CACHE_PROFILE = """name = "own-cache"
+[model]
+factory = "factories:own_cache_decoder"
+[dims.batch]
+min = 1
+opt = 2
+max = 4
+[dims.seq]
+min = 1
+opt = 8
+max = 32
+[dims.past_seq]
+min = 0
+opt = 8
+max = 32
+[[inputs]]
+name = "input_ids"
+dtype = "int64"
+shape = ["batch", "seq"]
+range = [0, 500]
+[[inputs]]
+name = "attention_mask"
+dtype = "int64"
+shape = ["batch", "past_seq+seq"]
+fill = "mask"
+""" + "".join(f'[[inputs]]\nname = "past_key_values.{i}.{kind}"\ndtype = "float32"\nshape = ["batch", 4, "past_seq", 16]\n'
+              for i in range(2) for kind in ("key", "value"))
+
+
+def test_a_decoder_of_a_users_writing_with_its_own_cache_builds_with_the_generation_check(folder):
+    """A new user's decoder (no transformers): its cache fed and returned by the names the profile gives, positions
+    looked up as arange(past, past + seq). Its FP16 stage failed with an internal error (onnxruntime's
+    GatherToSliceFusion, in AutoCast's reference run), and no stage checked its generation: only a transformers
+    model counted as a decoder."""
+    (folder / "own.toml").write_text(OWN_CACHE_PROFILE)
+    run = run_cli("build", "--profile", str(folder / "own.toml"), "--fp16", "--int8", "--until", "int8", "--out", str(folder / "own"))
+    assert run.returncode == 0, run.stderr
+    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.split() and line.split()[0] in ("export", "optimize", "fp16", "int8")}
+    assert "next tokens 100% as torch's" in lines["export"] and "next tokens 100% as torch's" in lines["optimize"]
+    assert "next tokens" in lines["fp16"] and "next tokens" in lines["int8"]
+    stages = {s["name"]: s for s in json.loads((folder / "own" / "manifest.json").read_text())["stages"]}
+    assert stages["int8"]["metrics"]["generation"]["tokens"] == 2 * 16
+
+
 def test_a_candidate_follows_torchs_tokens_so_a_flipped_near_tie_costs_one_step(folder):
     """youtu, kolibri1 and muse_glimmer_text (random weights, INT8 hidden cosine 0.9997) failed the INT8 gate at 3-28%
     greedy agreement: a near tie (top-2 margin 0.05) flipped at step 0, the sequences parted and every later step

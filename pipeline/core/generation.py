@@ -52,6 +52,13 @@ class Generation:
         return Generation(self.tokens, np.take_along_axis(self.logits, ids, -1), ids)
 
 
+def feeds_its_cache(profile: Profile, outputs: list[str]) -> bool:
+    """The profile feeds the model a KV cache (`past_key_values.{i}.key/value`) and the model gives each back
+    (`present.{i}.key/value`): a decoder with its cache, of any make (a transformers one is found by its cache)."""
+    past = [spec.name for spec in profile.inputs if PAST_INPUT.fullmatch(spec.name)]
+    return bool(past) and all(name.replace("past_key_values", "present") in outputs for name in past)
+
+
 def prompts(profile: Profile) -> np.ndarray:
     """Fixed prompts [batch, length]: up to 2 rows, 8 tokens (fewer where seq or the cache cannot hold
     them and `new_tokens`), ids drawn with a fixed seed from input_ids' range."""
