@@ -156,16 +156,16 @@ def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, 
     from pipeline.core.generation import feeds_its_cache
     from pipeline.models.decoder import generates
 
+    if profile.export.part == "decoder":
+        from pipeline.models.seq2seq import check_decoder_generation
+
+        status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's cross-attention caches")
+        with _one_thread(torch):
+            return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
     if generates(module) or feeds_its_cache(profile, session.outputs):
         status("generation check: greedy decoding on onnxruntime vs torch")
         return _check_generation(profile, module, onnx_path, session, reference_path)
-    if profile.export.part != "decoder":
-        return None
-    from pipeline.models.seq2seq import check_decoder_generation
-
-    status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's cross-attention caches")
-    with _one_thread(torch):
-        return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
+    return None
 
 
 def _output_names(module: Any, example: tuple, profile: Profile) -> list[str]:
