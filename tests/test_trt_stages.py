@@ -5,6 +5,7 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
 from conftest import TINY_MLP_PROFILE, run_cli, write_profile
 
 
@@ -49,6 +50,21 @@ def test_docker_hint_repeats_the_users_build_and_mounts_its_files(tmp_path):
         assert all(m == f"{host}:{host}" for m, host in zip(mounts, mounted)), "mounted at the same path inside the container"
         for path in (profile, out):
             assert any(path == host or host in path.parents for host in mounted), f"{path} is not reachable in the container: {mounts}"
+
+
+def test_docker_hint_mounts_the_checkpoint_folder_a_profile_names(tmp_path):
+    """A new user's profile next to a save_pretrained folder (`hf = "../checkpoint"`): the printed command mounted only
+    the current folder and the output's, so the container would not find the checkpoint."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    transformers.BertModel(config).save_pretrained(tmp_path / "checkpoint")
+    (tmp_path / "profiles").mkdir()
+    made = run_cli("init", "--hf", "../checkpoint", "-o", "p.toml", cwd=tmp_path / "profiles")
+    assert made.returncode == 0, made.stderr
+    result = run_cli("build", "--profile", "p.toml", "--out", "out", "--until", "build", cwd=tmp_path / "profiles")
+    assert result.returncode == 0, result.stderr
+    _, mounts = docker_run(stages(tmp_path / "profiles" / "out")["build"]["reason"])
+    assert f"{tmp_path / 'checkpoint'}:{tmp_path / 'checkpoint'}" in mounts, mounts
 
 
 def test_docker_hint_keeps_paths_in_the_current_folder_relative(tmp_path):

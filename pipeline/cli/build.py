@@ -215,5 +215,7 @@ def _docker_hint(profile, options: Options, out: Path) -> str:
     for key in ("preset", "min_cosine", "min_token_agreement", "verbosity"):
         if getattr(options, key) is not None:
             arguments += ["--" + key.replace("_", "-"), str(getattr(options, key))]
-    model = profile.onnx_path()
-    return docker_command([*arguments, "--out", out, "--strict"], also_mount=[model] if model else [])
+    from pipeline.core.modelsource import local_folder
+
+    files = [profile.onnx_path(), local_folder(profile) if profile.model.hf else None]  # a save_pretrained folder: "../checkpoint"
+    return docker_command([*arguments, "--out", out, "--strict"], also_mount=[path for path in files if path is not None])
