@@ -225,3 +225,14 @@ def test_the_html_tables_size_columns_to_their_content_and_wrap_only_names(tmp_p
     assert '<td class="name">blocks.<wbr>0.<wbr>bn2</td><td>BatchNormalization</td><td class="num">0.0334</td>' in by_name
     # the exporters agree (only weights differ, the verdict says): the verdict is not marked as a warning
     assert '<div class="verdict">both exports are equally close to torch' in aligned
+
+
+def test_the_verdict_names_the_largest_output_errors_and_counts_the_rest():
+    """A 30-layer decoder's 61 outputs (logits and 60 cache tensors) made compare's first line 1,900 characters long."""
+    from pipeline.diagnose.compare import VERDICT_OUTPUTS, NodeComparison
+
+    outputs = {"logits": 0.379, **{f"present.{i}.key": i / 1000 for i in range(60)}}
+    verdict = NodeComparison("a.onnx", "b.onnx", 4, 61, outputs, []).verdict
+    assert verdict.endswith("error at the outputs: logits 0.379, present.59.key 0.059, present.58.key 0.058, present.57.key 0.057 "
+                            f"and {61 - VERDICT_OUTPUTS} more (--format json has each)"), verdict
+    assert len(verdict) < 250

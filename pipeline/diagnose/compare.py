@@ -48,6 +48,9 @@ def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
     return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(a, b, strict=True)) / scale
 
 
+VERDICT_OUTPUTS = 4  # the outputs a verdict names, largest error first
+
+
 @dataclass
 class NodeComparison:
     """Two precisions of one graph compared tensor by tensor: the error at the outputs, and per node of A."""
@@ -61,13 +64,20 @@ class NodeComparison:
 
     @property
     def verdict(self) -> str:
-        outputs = "error at the outputs: " + ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in self.outputs.items())
+        outputs = self._output_errors()
         if not self.nodes or max(n.error for n in self.nodes) == 0:
             return f"B computes every one of the {self.compared_tensors} compared tensors exactly as A; {outputs}"
         top = self.nodes[0]
         where = f"{top.node} -> {top.qdq}" if top.qdq else top.node
         return (f"largest error growth at {where} ({top.op_type}, module {top.module or '-'}): input err {top.input_error:.3g}, "
                 f"output err {top.error:.3g}, growth {top.growth:.3g}; {outputs}")
+
+    def _output_errors(self, shown: int = VERDICT_OUTPUTS) -> str:
+        """The largest errors at the outputs (a decoder's 60 cache outputs made a 1,900-character first line), the rest counted."""
+        ranked = sorted(self.outputs.items(), key=lambda item: -1.0 if item[1] is None else -item[1])
+        text = ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in ranked[:shown])
+        more = f" and {len(ranked) - shown} more (--format json has each)" if len(ranked) > shown else ""
+        return f"error at the outputs: {text}{more}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"verdict": self.verdict}
