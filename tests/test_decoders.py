@@ -142,32 +142,12 @@ def test_an_unchanged_gpt2_factory_builds_fp16_and_int8_with_generation_figures(
 
 
 OWN_CACHE_PROFILE = """name = "own-cache"
-[model]
-factory = "factories:own_cache_decoder"
-[dims.batch]
-min = 1
-opt = 2
-max = 4
-[dims.seq]
-min = 1
-opt = 8
-max = 32
-[dims.past_seq]
-min = 0
-opt = 8
-max = 32
-[[inputs]]
-name = "input_ids"
-dtype = "int64"
-shape = ["batch", "seq"]
-range = [0, 500]
-[[inputs]]
-name = "attention_mask"
-dtype = "int64"
-shape = ["batch", "past_seq+seq"]
-fill = "mask"
-""" + "".join(f'[[inputs]]\nname = "past_key_values.{i}.{kind}"\ndtype = "float32"\nshape = ["batch", 4, "past_seq", 16]\n'
-              for i in range(2) for kind in ("key", "value"))
+model = { factory = "factories:own_cache_decoder" }
+dims = { batch = { min = 1, opt = 2, max = 4 }, seq = { min = 1, opt = 8, max = 32 }, past_seq = { min = 0, opt = 8, max = 32 } }
+inputs = [{ name = "input_ids", dtype = "int64", shape = ["batch", "seq"], range = [0, 500] },
+          { name = "attention_mask", dtype = "int64", shape = ["batch", "past_seq+seq"], fill = "mask" },
+""" + "".join(f'          {{ name = "past_key_values.{i}.{kind}", dtype = "float32", shape = ["batch", 4, "past_seq", 16] }},\n'
+              for i in range(2) for kind in ("key", "value")) + "]\n"
 
 
 def test_a_decoder_of_a_users_writing_with_its_own_cache_builds_with_the_generation_check(folder):
