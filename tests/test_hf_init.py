@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import onnx
 import pytest
 from conftest import REPO, run_cli
 
@@ -204,6 +205,22 @@ def test_a_video_model_takes_its_frames_before_the_channels(tmp_path, model_type
     feeds = {name: torch.from_numpy(array) for name, array in make_inputs(profile, seed=0, dims={"batch": 1}).items()}
     with torch.no_grad():
         assert load_hf_model(profile)(**feeds).last_hidden_state.shape[0] == 1
+
+
+def test_a_forward_drawing_its_masking_noise_is_fed_it_and_exports_deterministic(tmp_path):
+    """ViTMAE draws its masking noise with torch.rand unless passed `noise`: its export was refused (RandomUniformLike).
+    init sees the draw [batch, patches] in its trial run and adds the input; fed, two runs agree and the export has no
+    random node. HieraModel takes `noise` but draws none: no input is added."""
+    from pipeline.export import export_model
+
+    profile = init_profile(tmp_path, "vit_mae")
+    noise = [spec for spec in profile.inputs if spec.name == "noise"]
+    assert [(spec.shape, spec.range) for spec in noise] == [(["batch", (224 // 16) ** 2], (0.0, 1.0))]
+    export_model(profile, tmp_path / "m.onnx")  # checked against torch: refused when the outputs differ
+    model = onnx.load(tmp_path / "m.onnx")
+    assert "noise" in [value.name for value in model.graph.input]
+    assert not {node.op_type for node in model.graph.node} & {"RandomUniform", "RandomUniformLike"}
+    assert "noise" not in [spec.name for spec in init_profile(tmp_path, "hiera").inputs]
 
 
 def test_a_waveform_encoder_takes_raw_audio_from_its_shortest_frame_to_two_seconds(tmp_path):

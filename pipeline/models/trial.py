@@ -6,6 +6,8 @@ scaled to the batch max and refused in one line when that would not fit the memo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pipeline.core.budget import step
@@ -49,3 +51,23 @@ def run_at_max(model_name: str, bound: Any, profile: Profile, batch_one: bool = 
                          "write the profile's config and [dims] by hand, smaller (see docs/models.md)")
     with step(f"running {model_name} at batch {batch_max}{', ' if dims else ''}{dims}"):
         run(None)
+
+
+@contextmanager
+def random_draws() -> Iterator[list[tuple[int, ...]]]:
+    """The shapes of the random tensors the code run inside draws with torch.rand or torch.randn (ViTMAE's masking
+    noise): a forward that draws them differs on every run, and a forward taking them as an input can be fed them."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    shapes: list[tuple[int, ...]] = []
+
+    class Recorder(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in (torch.rand, torch.randn):
+                sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
+                shapes.append(tuple(int(size) for size in sizes))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        yield shapes
