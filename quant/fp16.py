@@ -108,10 +108,11 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
 
 def _reference_run_errors() -> tuple[type[Exception], ...]:
     """What AutoCast's reference run raises when onnxruntime cannot run the model on its inputs (none is a RuntimeError)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
     from polygraphy.exception import PolygraphyException
 
-    return (ort_errors.Fail, ort_errors.InvalidArgument, ort_errors.RuntimeException, ort_errors.NotImplemented, PolygraphyException)
+    from pipeline.core.verify import onnxruntime_errors
+
+    return (*onnxruntime_errors(), PolygraphyException)
 
 
 def _alike(source: Path, name: str) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.errors import InputError, StageFailed, first_line
+from pipeline.core.errors import InputError, StageFailed
 
 MODELOPT_ERRORS = (ValueError, KeyError, RuntimeError, AssertionError, IndexError, TypeError, NotImplementedError)
 GEMV_DETECTING_MODES = ("int8", "fp8")  # the modes whose ModelOpt quantizer leaves GEMVs and small GEMMs in float
@@ -64,6 +64,7 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
     from modelopt.onnx.quantization import quantize
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
+    from pipeline.core.verify import onnxruntime_errors, run_failure
     from quant import before_modelopt, check_room_for_modelopt
 
     check_room_for_modelopt(source, arguments["quantize_mode"], stage)
@@ -81,8 +82,8 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
                 if arguments["quantize_mode"] in GEMV_DETECTING_MODES:
                     arguments = small_gemms_excluded_exactly(copy, arguments, bool(external))
                 quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR", **arguments)
-        except MODELOPT_ERRORS as err:
-            raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {first_line(err)}; "
+        except (*MODELOPT_ERRORS, *onnxruntime_errors()) as err:  # ModelOpt's calibration runs the model on onnxruntime
+            raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {run_failure(err)}; "
                              f"{hint + ', or ' if hint else ''}rerun with --debug for ModelOpt's traceback") from err
         return onnx.load(str(output))
 

@@ -496,3 +496,27 @@ def test_decoder_calibration_applies_only_where_the_profile_gives_the_cache_and_
     for name, text, expected in (("ids", ids + past, True), ("embeds", past, False)):
         (tmp_path / f"{name}.toml").write_text(f'name = "{name}"\n[model]\nonnx = "m.onnx"\n{dims}{text}')
         assert fed_as_decoder(load_profile(str(tmp_path / f"{name}.toml")), tmp_path / "m.onnx") is expected, name
+
+
+def test_onnxruntime_failing_inside_modelopts_calibration_is_a_failed_stage_in_one_line(tmp_path):
+    """ModelOpt calibrates on onnxruntime, whose errors are its own classes (RuntimeException, Fail, InvalidGraph),
+    none a RuntimeError: one escaped as an internal error. A graph that reshapes to a fixed 4 rows, fed 3."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pipeline.core.errors import StageFailed
+    from quant.calibration import calibration_reader
+    from quant.ptq import run_modelopt
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).random((64, 64), dtype=np.float32), "w")
+    rows = numpy_helper.from_array(np.array([4, 64], dtype=np.int64), "rows")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"), helper.make_node("Reshape", ["y", "rows"], ["z"], name="to_four_rows")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 64])], [weight, rows])
+    source = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), source)
+    feeds = [{"x": np.ones((3, 64), dtype=np.float32)}]
+    with pytest.raises(StageFailed, match=r"^int8: ModelOpt cannot quantize .*m\.onnx: RuntimeException: Reshape node 'to_four_rows': .*reshaped"):
+        run_modelopt(source, tmp_path / "m.int8.onnx", "int8", quantize_mode="int8", calibration_method="max",
+                     calibration_data_reader=calibration_reader(feeds, lambda *_: None))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # nothing half written beside it

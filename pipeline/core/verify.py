@@ -104,6 +104,13 @@ def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
     return worst
 
 
+def onnxruntime_errors() -> tuple[type[Exception], ...]:
+    """What onnxruntime raises for a model it cannot load or run: its own classes, none of them a RuntimeError."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort
+
+    return (ort.Fail, ort.InvalidArgument, ort.InvalidGraph, ort.InvalidProtobuf, ort.RuntimeException, ort.NotImplemented, ort.EPFail)
+
+
 def run_failure(err: Exception) -> str:
     """onnxruntime's run error as "<op> node '<name>': <message>" without its source locations."""
     text = " ".join(str(err).split())
