@@ -38,16 +38,6 @@ class NodeError:
     module: str  # the torch module the node came from ("" when the export did not record it)
 
 
-def _relative_error(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
-    """max |b - a| / max |a|; infinite where b holds NaN or Inf that a does not (a value past b's range)."""
-    if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
-        return None
-    if any(np.any(~np.isfinite(y) & np.isfinite(x)) for x, y in zip(a, b, strict=True)):
-        return float("inf")
-    scale = max(float(np.max(np.abs(x))) if x.size else 0.0 for x in a) or 1.0
-    return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in zip(a, b, strict=True)) / scale
-
-
 VERDICT_OUTPUTS = 4  # the outputs a verdict names, largest error first
 
 
@@ -86,10 +76,9 @@ class NodeComparison:
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> NodeComparison:
     """Each reference node's error in the candidate over the feed sets, the nodes where it grows most first."""
     from pipeline.core.onnxfile import load_onnx
-    from pipeline.diagnose.exposed import run_exposing_all
+    from pipeline.diagnose.exposed import exposing_floats
 
     ref_model, cand_model = inline_functions_proto(load_onnx(reference)), inline_functions_proto(load_onnx(candidate))
-    a, b = run_exposing_all(reference, feed_sets, workdir), run_exposing_all(candidate, feed_sets, workdir)
     # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
     cand = GraphIndex.of(cand_model)
     stands_for, pair_of = {}, {}
@@ -98,15 +87,10 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         if q is not None and q.op_type == "QuantizeLinear":
             stands_for[q.input[0]] = dq.output[0]
             pair_of[q.input[0]] = q.name
-    errors: dict[str, float] = {}
-    for tensor in a:
-        other = stands_for.get(tensor, tensor)
-        if other in b:
-            error = _relative_error(a[tensor], b[other])
-            if error is not None:
-                errors[tensor] = error
-    if len(errors) < MIN_JOINED * len(a):
-        raise InputError(f"{reference} and {candidate} share only {len(errors)} of {len(a)} float tensors by name: they are not "
+    a = exposing_floats(reference, workdir)
+    errors = _relative_errors(a, exposing_floats(candidate, workdir), feed_sets, stands_for)
+    if len(errors) < MIN_JOINED * len(a.outputs):
+        raise InputError(f"{reference} and {candidate} share only {len(errors)} of {len(a.outputs)} float tensors by name: they are not "
                          "two precisions of one graph; compare models made from the same export (e.g. model.opt.onnx and model.int8.onnx)")
     rows = []
     for node, module in zip(ref_model.graph.node, node_modules(GraphIndex.of(ref_model), {})):
@@ -122,6 +106,29 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
     rows.sort(key=lambda r: r.growth, reverse=True)
     outputs = {o.name: errors.get(o.name) for o in ref_model.graph.output}
     return NodeComparison(str(reference), str(candidate), len(feed_sets), len(errors), outputs, rows)
+
+
+def _relative_errors(a: Any, b: Any, feed_sets: list[dict[str, np.ndarray]], stands_for: dict[str, str]) -> dict[str, float]:
+    """For each float tensor of A that B computes too (under its name, or the DQ standing for it), max |b - a| / max |a|
+    over the feed sets; infinite where b holds NaN or Inf that a does not (a value past b's range); left out where the
+    shapes differ. Accumulated one feed set at a time: a decoder's tensors over all samples did not fit in memory."""
+    largest: dict[str, float] = {}
+    worst: dict[str, float] = {}
+    unequal_shapes: set[str] = set()
+    for feeds in feed_sets:
+        ran_b = b.run(feeds)
+        for tensor, value in a.run(feeds).items():
+            other = ran_b.get(stands_for.get(tensor, tensor))
+            if other is None or tensor in unequal_shapes:
+                continue
+            if other.shape != value.shape:
+                unequal_shapes.add(tensor)
+                continue
+            x, y = np.asarray(value, np.float64), np.asarray(other, np.float64)
+            largest[tensor] = max(largest.get(tensor, 0.0), float(np.max(np.abs(x))) if x.size else 0.0)
+            gap = float("inf") if np.any(~np.isfinite(y) & np.isfinite(x)) else float(np.max(np.abs(x - y))) if x.size else 0.0
+            worst[tensor] = max(worst.get(tensor, 0.0), gap)
+    return {tensor: gap / (largest[tensor] or 1.0) for tensor, gap in worst.items() if tensor not in unequal_shapes}
 
 
 # ---------------------------------------------------------------- alignment by execution

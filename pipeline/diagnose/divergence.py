@@ -226,7 +226,7 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     from pipeline.diagnose.exposed import run_exposing_all
 
     captures = capture_modules(module, feeds)
-    values = {name: runs[0] for name, runs in run_exposing_all(onnx_path, [feeds], workdir).items()}
+    values = run_exposing_all(onnx_path, feeds, workdir)
     scopes = module_scopes(onnx_path)
     if not any(scopes.by_module.values()):
         raise InputError(f"{onnx_path}: no node records the torch module it came from (no `{NAME_SCOPES_KEY}` metadata and no "

@@ -98,8 +98,8 @@ class Exposed:
         return dict(zip(self.outputs, results, strict=True))
 
 
-def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> dict[str, list[np.ndarray]]:
-    """Every float tensor the model computes (and its outputs), per feed set, as float64, by name."""
+def exposing_floats(path: Path, workdir: Path) -> Exposed:
+    """The model with every float tensor it computes exposed (its outputs too), ready to run."""
     import onnx
 
     model = load_inlined(path)
@@ -107,9 +107,9 @@ def run_exposing_all(path: Path, feed_sets: list[dict[str, np.ndarray]], workdir
     float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
     floats = [tensor for node in model.graph.node for tensor in node.output
               if tensor in types and types[tensor].tensor_type.elem_type in float_types]
-    exposed = Exposed(path, model, floats, types, workdir)
-    values: dict[str, list[np.ndarray]] = {name: [] for name in exposed.outputs}
-    for feeds in feed_sets:
-        for name, value in exposed.run(feeds).items():
-            values[name].append(np.asarray(value, np.float64))
-    return values
+    return Exposed(path, model, floats, types, workdir)
+
+
+def run_exposing_all(path: Path, feeds: dict[str, np.ndarray], workdir: Path) -> dict[str, np.ndarray]:
+    """Every float tensor the model computes (and its outputs) on one feed set, as float64, by name."""
+    return {name: np.asarray(value, np.float64) for name, value in exposing_floats(path, workdir).run(feeds).items()}
