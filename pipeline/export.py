@@ -159,7 +159,7 @@ def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, 
     """The generation check of a decoder, or of an encoder-decoder's decoder part (on the encoder part's outputs for `given`'s inputs)."""
     import torch
 
-    from pipeline.core.generation import feeds_its_cache
+    from pipeline.core.generation import decodes
     from pipeline.models.decoder import generates
 
     if profile.export.part == "decoder":
@@ -168,7 +168,7 @@ def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, 
         status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's cross-attention caches")
         with _one_thread(torch):
             return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
-    if generates(module) or feeds_its_cache(profile, session.outputs):
+    if generates(module) or decodes(profile, session.outputs):
         status("generation check: greedy decoding on onnxruntime vs torch")
         return _check_generation(profile, module, onnx_path, session, reference_path)
     return None
@@ -188,7 +188,7 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
     import onnx
     import torch
 
-    from pipeline.core.generation import compare, embedding_head, follow, greedy, require_exact, save_reference
+    from pipeline.core.generation import PAST_INPUT, compare, embedding_head, follow, greedy, require_exact, save_reference
 
     unfed = _tokens_it_does_not_take(profile, session)
     if unfed:
@@ -202,7 +202,8 @@ def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: O
     require_exact(figures, "export", "torch's")
     if reference_path is not None:
         save_reference(reference_path, reference, head)
-    return {**figures, "check_seconds": round(time.perf_counter() - started, 3)}
+    fed_back = any(PAST_INPUT.fullmatch(spec.name) for spec in profile.inputs)
+    return {**figures, "check_seconds": round(time.perf_counter() - started, 3), **({} if fed_back else {"prefix_recomputed": True})}
 
 
 def _tokens_it_does_not_take(profile: Profile, session: OnnxSession) -> str | None:

@@ -22,7 +22,10 @@ def tokens_note(metrics: dict[str, Any]) -> str:
     figures = metrics.get("generation")
     if figures and "skipped" in figures:
         return f", generation check skipped: {figures['skipped']}"
-    return f", next tokens {figures['token_agreement']:.0%} as torch's" if figures else ""
+    if not figures:
+        return ""
+    prefill = " (no cache input: each step recomputes the prefix, no decode step is exported)" if figures.get("prefix_recomputed") else ""
+    return f", next tokens {figures['token_agreement']:.0%} as torch's{prefill}"
 
 
 def generation_figures(job: Job, candidate: Path | OnnxSession, stage: str) -> dict[str, Any] | None:

@@ -340,3 +340,17 @@ class _SeventhSteps(nn.Module):
 
 def seventh_steps():
     return _SeventhSteps()
+
+
+class _PrefillOnlyDecoder(_OwnCacheDecoder):
+    """The decoder above as a user may first export it: token ids in, logits and the cache out, no input feeding the
+    cache back (each forward starts from an empty one)."""
+
+    def forward(self, input_ids):
+        empty = torch.zeros(input_ids.shape[0], self.heads, 0, self.head.in_features // self.heads)
+        return super().forward(input_ids, torch.ones_like(input_ids), *[empty] * (2 * len(self.qkv)))
+
+
+def prefill_only_decoder():
+    torch.manual_seed(0)
+    return _PrefillOnlyDecoder().eval()

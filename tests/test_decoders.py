@@ -165,6 +165,21 @@ def test_a_decoder_of_a_users_writing_with_its_own_cache_builds_with_the_generat
     assert stages["int8"]["metrics"]["generation"]["tokens"] == 2 * 16
 
 
+def test_a_decoder_exported_without_its_cache_inputs_is_checked_by_recomputing_and_says_so(folder):
+    """The same decoder taking token ids only, its cache returned and fed back by no input (a user's first export):
+    it built without a generation check and without a word that no decode step was exported."""
+    (folder / "prefill.toml").write_text('name = "prefill"\nmodel = { factory = "factories:prefill_only_decoder" }\n'
+                                         'dims = { batch = { min = 1, opt = 2, max = 4 }, seq = { min = 1, opt = 8, max = 32 } }\n'
+                                         'inputs = [{ name = "input_ids", dtype = "int64", shape = ["batch", "seq"], range = [0, 500] }]\n')
+    run = run_cli("build", "--profile", str(folder / "prefill.toml"), "--fp16", "--until", "fp16", "--out", str(folder / "prefill"))
+    assert run.returncode == 0, run.stderr
+    lines = {line.split()[0]: line for line in run.stdout.splitlines() if line.split()}
+    assert "next tokens 100% as torch's (no cache input: each step recomputes the prefix, no decode step is exported)" in lines["export"]
+    assert "next tokens" in lines["fp16"]
+    stages = {s["name"]: s for s in json.loads((folder / "prefill" / "manifest.json").read_text())["stages"]}
+    assert stages["export"]["metrics"]["generation"]["prefix_recomputed"] is True
+
+
 def test_a_candidate_follows_torchs_tokens_so_a_flipped_near_tie_costs_one_step(folder):
     """youtu, kolibri1 and muse_glimmer_text (random weights, INT8 hidden cosine 0.9997) failed the INT8 gate at 3-28%
     greedy agreement: a near tie (top-2 margin 0.05) flipped at step 0, the sequences parted and every later step

@@ -29,6 +29,7 @@ from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 
 PAST_INPUT = re.compile(r"past_key_values\.(\d+)\.(?:decoder\.)?(key|value)")  # an encoder-decoder's self-attention cache: .decoder.
+PRESENT_OUTPUT = re.compile(r"present\.(\d+)\.(key|value)")
 PROMPT_SEED = 22
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -52,11 +53,14 @@ class Generation:
         return Generation(self.tokens, np.take_along_axis(self.logits, ids, -1), ids)
 
 
-def feeds_its_cache(profile: Profile, outputs: list[str]) -> bool:
-    """The profile feeds the model a KV cache (`past_key_values.{i}.key/value`) and the model gives each back
-    (`present.{i}.key/value`): a decoder with its cache, of any make (a transformers one is found by its cache)."""
+def decodes(profile: Profile, outputs: list[str]) -> bool:
+    """A decoder of any make (a transformers one is found by its cache): the profile feeds the model a KV cache
+    (`past_key_values.{i}.key/value`) and the model gives each back (`present.{i}.key/value`), or the model returns a
+    cache that no input feeds back (a prefill-only export: each step of the check recomputes the prefix)."""
     past = [spec.name for spec in profile.inputs if PAST_INPUT.fullmatch(spec.name)]
-    return bool(past) and all(name.replace("past_key_values", "present") in outputs for name in past)
+    if not past:
+        return any(PRESENT_OUTPUT.fullmatch(name) for name in outputs)
+    return all(name.replace("past_key_values", "present") in outputs for name in past)
 
 
 def prompts(profile: Profile) -> np.ndarray:
