@@ -101,12 +101,12 @@ def test_hf_folder_saved_with_save_pretrained_loads_offline(tmp_path):
     with torch.no_grad():
         expected = saved(input_ids=torch.from_numpy(ids)).logits.numpy()
     assert logits.shape == (3, 3) and np.allclose(logits, expected, atol=1e-5), "the saved weights, not new random ones"
-    from pipeline.models.hf import build_hf_model
+    from pipeline.models.hf import load_hf_model
 
     saved.bert.save_pretrained(tmp_path / "encoder-only")  # a checkpoint without the classifier head
     headless = load_profile(str(write_profile(tmp_path, text_profile("h", '[model]\nhf = "encoder-only"\ntask = "sequence-classification"\n'))))
     with pytest.raises(ProfileError, match=r"model.task: 2 weights of the sequence-classification model are not in 'encoder-only' \(e.g. classifier.bias\) and would be random"):
-        build_hf_model(headless)
+        load_hf_model(headless)
 
 
 @pytest.mark.parametrize(
@@ -119,21 +119,21 @@ def test_hf_folder_saved_with_save_pretrained_loads_offline(tmp_path):
     ],
 )
 def test_hf_route_errors_name_the_key(tmp_path, model, expected):
-    from pipeline.models.hf import build_hf_model
+    from pipeline.models.hf import load_hf_model
 
     (tmp_path / "empty").mkdir()  # a folder without config.json
     profile = load_profile(str(write_profile(tmp_path, text_profile("bad", model))))
     with pytest.raises(ProfileError) as info:
-        build_hf_model(profile)
+        load_hf_model(profile)
     assert str(info.value).startswith(str(profile.source)) and expected in str(info.value) and "\n" not in str(info.value)
 
 
 def test_hf_input_names_must_be_forward_arguments(tmp_path):
-    from pipeline.models.hf import build_hf_model
+    from pipeline.models.hf import load_hf_model
 
     text = text_profile("bad", "[model.hf_config]\n" + BERT_CONFIG).replace('name = "attention_mask"', 'name = "mask"')
     with pytest.raises(ProfileError, match="BertModel.forward has no argument 'mask'; name the \\[\\[inputs\\]\\] after its arguments: input_ids, attention_mask"):
-        build_hf_model(load_profile(str(write_profile(tmp_path, text))))
+        load_hf_model(load_profile(str(write_profile(tmp_path, text))))
 
 
 # ---------------------------------------------------------------- fp16: AutoCast's placeholder dims
@@ -184,11 +184,11 @@ def test_range_sizes_take_every_dim_to_both_ends_without_the_all_max_corner():
 
 
 def test_missing_transformers_is_one_line(tmp_path, monkeypatch):
-    from pipeline.models.hf import build_hf_model
+    from pipeline.models.hf import load_hf_model
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
     with pytest.raises(ProfileError, match=re.escape('model.hf/hf_config needs transformers: pip install "transformers') + r'[<>=,.0-9]*" \(the \[hf\] extra\)'):
-        build_hf_model(load_profile("hf-bert-tiny"))
+        load_hf_model(load_profile("hf-bert-tiny"))
 
 
 # ---------------------------------------------------------------- the corpus' BERT through build --fp16 --int8, and the lint on it

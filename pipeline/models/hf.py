@@ -20,7 +20,6 @@ from typing import Any
 from pipeline.core.errors import ProfileError, first_line
 from pipeline.core.modelsource import local_folder
 from pipeline.core.profiles import Profile
-from pipeline.models.decoder import prepare
 from pipeline.models.size import INIT_STD, check_fits
 
 AUTO_CLASSES = {
@@ -33,12 +32,6 @@ AUTO_CLASSES = {
     "seq2seq-lm": "AutoModelForSeq2SeqLM",
     "speech2seq-lm": "AutoModelForSpeechSeq2Seq",
 }
-
-
-def build_hf_model(profile: Profile) -> Any:
-    """The profile's Hugging Face model in eval mode, its forward taking the profile's inputs in order
-    (a decoder's cache as `[export] cache` says: pipeline/models/decoder.py)."""
-    return prepare(load_hf_model(profile), profile)[0]
 
 
 def load_hf_model(profile: Profile) -> Any:
