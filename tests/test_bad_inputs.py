@@ -258,6 +258,8 @@ CASES = {
     "lint an empty file": Case(("lint-qdq", "empty.onnx"), "is empty (0 bytes)"),
     "build from an empty file": Case(("build", "--profile", "tiny.toml", "--onnx", "empty.onnx", "--out", "o"), "is empty (0 bytes)", new_files=BUILD_LEFTOVERS),
     "compare an empty file": Case(("compare", "empty.onnx", "good.onnx", "--inputs", "good.npz"), "is empty (0 bytes)"),
+    # a new user gave compare two profiles: told to give --inputs or --profile, not that these are no ONNX models
+    "compare two profiles": Case(("compare", "tiny.toml", "tiny.toml"), "tiny.toml: not an ONNX model"),
     "bench an empty file": Case(("bench", "empty.onnx", "--profile", "tiny.toml"), "is empty (0 bytes)"),
     "optimize garbage": Case(("optimize", "garbage.onnx", "-o", "out.onnx"), "not an ONNX model"),
     "corrupt npy in npz": Case(("compare", "good.onnx", "good.onnx", "--inputs", "corrupt.npz"), "member 'x' is not a .npy array"),

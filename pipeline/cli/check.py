@@ -100,6 +100,7 @@ def compare(
 ) -> None:
     from pipeline.artifacts import recorded_profile
     from pipeline.core.fileio import check_outputs
+    from pipeline.core.onnxfile import load_onnx
     from pipeline.diagnose.render import FORMATS, render
 
     fmt = output_format(fmt, output, FORMATS, inputs=[reference, candidate, inputs])
@@ -122,6 +123,8 @@ def compare(
             raise PipelineError("compare: give two ONNX files (A, the reference, then B), or one with --torch")
         if dump is not None:
             raise PipelineError("--dump writes the torch modules' inputs and outputs: use it with --torch")
+        for path in (reference, candidate):  # a file that is no ONNX model is the first thing to say
+            load_onnx(path)
         if inputs is None and profile is None:
             profile = recorded_profile(reference) or recorded_profile(candidate)
         if (inputs is None) == (profile is None):
