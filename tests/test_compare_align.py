@@ -236,3 +236,35 @@ def test_the_verdict_names_the_largest_output_errors_and_counts_the_rest():
     assert verdict.endswith("error at the outputs: logits 0.379, present.59.key 0.059, present.58.key 0.058, present.57.key 0.057 "
                             f"and {61 - VERDICT_OUTPUTS} more (--format json has each)"), verdict
     assert len(verdict) < 250
+
+
+def test_an_index_choice_b_makes_differently_is_named_as_a_changed_choice_not_rounding(tmp_path):
+    """A top-1 routing (scores, TopK, Gather of the chosen expert's row): where B's scores round the other way, B gathers
+    another row. compare said "input err 0, output err 1.66" at the Gather of an INT8 mixture of experts (OLMoE), its
+    float input unchanged and its integer input, the routing, not compared."""
+    from onnx import TensorProto, helper
+
+    from pipeline.diagnose.compare import compare_models
+
+    rng = np.random.default_rng(0)
+    router, experts = rng.standard_normal((8, 4)).astype(np.float32), rng.standard_normal((4, 16)).astype(np.float32)
+
+    def write(path: Path, router_weights: np.ndarray) -> Path:
+        nodes = [helper.make_node("MatMul", ["x", "router"], ["scores"], name="route"),
+                 helper.make_node("TopK", ["scores", "k"], ["top", "chosen"], name="pick", axis=-1),
+                 helper.make_node("Gather", ["experts", "chosen"], ["expert"], name="take_expert", axis=0)]
+        graph = helper.make_graph(nodes, "moe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 8])],
+                                  [helper.make_tensor_value_info("expert", TensorProto.FLOAT, [32, 1, 16])],
+                                  [numpy_helper.from_array(router_weights, "router"), numpy_helper.from_array(experts, "experts"),
+                                   numpy_helper.from_array(np.array([1], np.int64), "k")])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+        return path
+
+    feeds = [{"x": rng.standard_normal((32, 8)).astype(np.float32)}]
+    a = write(tmp_path / "a.onnx", router)
+    b = write(tmp_path / "b.onnx", router + rng.standard_normal(router.shape).astype(np.float32) * 0.3)
+    result = compare_models(a, b, feeds, tmp_path)
+    top = result.nodes[0]
+    assert (top.node, top.input_error) == ("take_expert", 0.0) and 0 < top.index_change < 1
+    assert f"its integer input differs in {top.index_change:.1%} of elements" in result.verdict
+    assert compare_models(a, a, feeds, tmp_path).nodes[0].index_change == 0

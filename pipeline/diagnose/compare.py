@@ -36,6 +36,7 @@ class NodeError:
     growth: float
     qdq: str | None  # the candidate's Q/DQ on this output, when the comparison goes through one
     module: str  # the torch module the node came from ("" when the export did not record it)
+    index_change: float = 0.0  # share of the elements of its most changed integer input (indices, a top-k pick) that differ
 
 
 VERDICT_OUTPUTS = 4  # the outputs a verdict names, largest error first
@@ -59,7 +60,9 @@ class NodeComparison:
             return f"B computes every one of the {self.compared_tensors} compared tensors exactly as A; {outputs}"
         top = self.nodes[0]
         where = f"{top.node} -> {top.qdq}" if top.qdq else top.node
-        return (f"largest error growth at {where} ({top.op_type}, module {top.module or '-'}): input err {top.input_error:.3g}, "
+        flipped = (f" (its integer input differs in {top.index_change:.1%} of elements: B picked other indices, e.g. another expert "
+                   "of a top-k routing, so the error is a changed choice, not rounding)") if top.index_change else ""
+        return (f"largest error growth at {where} ({top.op_type}, module {top.module or '-'}): input err {top.input_error:.3g}{flipped}, "
                 f"output err {top.error:.3g}, growth {top.growth:.3g}; {outputs}")
 
     def _output_errors(self, shown: int = VERDICT_OUTPUTS) -> str:
@@ -76,7 +79,7 @@ class NodeComparison:
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> NodeComparison:
     """Each reference node's error in the candidate over the feed sets, the nodes where it grows most first."""
     from pipeline.core.onnxfile import load_onnx
-    from pipeline.diagnose.exposed import exposing_floats
+    from pipeline.diagnose.exposed import exposing_results
 
     ref_model, cand_model = inline_functions_proto(load_onnx(reference)), inline_functions_proto(load_onnx(candidate))
     # in the candidate, DQ(Q(x)) stands for x: compare the dequantized tensor with the reference's x
@@ -87,10 +90,10 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         if q is not None and q.op_type == "QuantizeLinear":
             stands_for[q.input[0]] = dq.output[0]
             pair_of[q.input[0]] = q.name
-    a = exposing_floats(reference, workdir)
-    errors = _relative_errors(a, exposing_floats(candidate, workdir), feed_sets, stands_for)
-    if len(errors) < MIN_JOINED * len(a.outputs):
-        raise InputError(f"{reference} and {candidate} share only {len(errors)} of {len(a.outputs)} float tensors by name: they are not "
+    a = exposing_results(reference, workdir, indices=True)
+    errors, changed = _relative_errors(a, exposing_results(candidate, workdir, indices=True), feed_sets, stands_for)
+    if len(errors) + len(changed) < MIN_JOINED * len(a.outputs):
+        raise InputError(f"{reference} and {candidate} share only {len(errors) + len(changed)} of {len(a.outputs)} tensors by name: they are not "
                          "two precisions of one graph; compare models made from the same export (e.g. model.opt.onnx and model.int8.onnx)")
     rows = []
     for node, module in zip(ref_model.graph.node, node_modules(GraphIndex.of(ref_model), {})):
@@ -102,18 +105,21 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
         base = max(inputs, default=0.0)
         worst = max(outs, key=lambda t: errors[t])
         growth = 0.0 if error == base else error - base  # an Inf carried from an input is no growth (inf - inf)
-        rows.append(NodeError(node.name, node.op_type, worst, error, base, growth, pair_of.get(worst), module))
+        index_change = max((changed[t] for t in node.input if t in changed), default=0.0)
+        rows.append(NodeError(node.name, node.op_type, worst, error, base, growth, pair_of.get(worst), module, index_change))
     rows.sort(key=lambda r: r.growth, reverse=True)
     outputs = {o.name: errors.get(o.name) for o in ref_model.graph.output}
     return NodeComparison(str(reference), str(candidate), len(feed_sets), len(errors), outputs, rows)
 
 
-def _relative_errors(a: Any, b: Any, feed_sets: list[dict[str, np.ndarray]], stands_for: dict[str, str]) -> dict[str, float]:
+def _relative_errors(a: Any, b: Any, feed_sets: list[dict[str, np.ndarray]], stands_for: dict[str, str]) -> tuple[dict[str, float], dict[str, float]]:
     """For each float tensor of A that B computes too (under its name, or the DQ standing for it), max |b - a| / max |a|
     over the feed sets; infinite where b holds NaN or Inf that a does not (a value past b's range); left out where the
-    shapes differ. Accumulated one feed set at a time: a decoder's tensors over all samples did not fit in memory."""
+    shapes differ. For each integer or bool tensor, the largest share of its elements that differ in a feed set.
+    Accumulated one feed set at a time: a decoder's tensors over all samples did not fit in memory."""
     largest: dict[str, float] = {}
     worst: dict[str, float] = {}
+    changed: dict[str, float] = {}
     unequal_shapes: set[str] = set()
     for feeds in feed_sets:
         ran_b = b.run(feeds)
@@ -124,11 +130,15 @@ def _relative_errors(a: Any, b: Any, feed_sets: list[dict[str, np.ndarray]], sta
             if other.shape != value.shape:
                 unequal_shapes.add(tensor)
                 continue
+            if not np.issubdtype(value.dtype, np.floating):
+                changed[tensor] = max(changed.get(tensor, 0.0), float(np.mean(value != other)) if value.size else 0.0)
+                continue
             x, y = np.asarray(value, np.float64), np.asarray(other, np.float64)
             largest[tensor] = max(largest.get(tensor, 0.0), float(np.max(np.abs(x))) if x.size else 0.0)
             gap = float("inf") if np.any(~np.isfinite(y) & np.isfinite(x)) else float(np.max(np.abs(x - y))) if x.size else 0.0
             worst[tensor] = max(worst.get(tensor, 0.0), gap)
-    return {tensor: gap / (largest[tensor] or 1.0) for tensor, gap in worst.items() if tensor not in unequal_shapes}
+    errors = {tensor: gap / (largest[tensor] or 1.0) for tensor, gap in worst.items() if tensor not in unequal_shapes}
+    return errors, {tensor: share for tensor, share in changed.items() if tensor not in unequal_shapes}
 
 
 # ---------------------------------------------------------------- alignment by execution

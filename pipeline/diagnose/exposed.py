@@ -98,18 +98,20 @@ class Exposed:
         return dict(zip(self.outputs, results, strict=True))
 
 
-def exposing_floats(path: Path, workdir: Path) -> Exposed:
-    """The model with every float tensor it computes exposed (its outputs too), ready to run."""
+def exposing_results(path: Path, workdir: Path, indices: bool = False) -> Exposed:
+    """The model with every float tensor it computes exposed (its outputs too), and with `indices` every int32, int64
+    and bool one (positions, top-k picks, masks), ready to run."""
     import onnx
 
     model = load_inlined(path)
     types = tensor_types(model)
-    float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
-    floats = [tensor for node in model.graph.node for tensor in node.output
-              if tensor in types and types[tensor].tensor_type.elem_type in float_types]
-    return Exposed(path, model, floats, types, workdir)
+    kinds = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE}
+    if indices:
+        kinds |= {onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.BOOL}
+    exposed = [tensor for node in model.graph.node for tensor in node.output if tensor in types and types[tensor].tensor_type.elem_type in kinds]
+    return Exposed(path, model, exposed, types, workdir)
 
 
 def run_exposing_all(path: Path, feeds: dict[str, np.ndarray], workdir: Path) -> dict[str, np.ndarray]:
     """Every float tensor the model computes (and its outputs) on one feed set, as float64, by name."""
-    return {name: np.asarray(value, np.float64) for name, value in exposing_floats(path, workdir).run(feeds).items()}
+    return {name: np.asarray(value, np.float64) for name, value in exposing_results(path, workdir).run(feeds).items()}

@@ -22,7 +22,8 @@ NODE_COLUMNS = ("node (-> the Q/DQ on its output)", "module", "op", "input err",
 NODE_NUMBERS = (3, 4, 5)  # the columns that hold numbers, right-aligned
 NODE_NAMES = (0, 1)  # the columns that hold names, wrapped between their parts in the HTML
 NODE_LEGEND = ("error: max |B-A| / max |A| over the samples; input err: the largest error among the node's inputs; output err: the "
-               "error of its output (in B after the Q/DQ pair on it, if any); growth: output err - input err, what this node adds (largest first)")
+               "error of its output (in B after the Q/DQ pair on it, if any); growth: output err - input err, what this node adds (largest first); "
+               "ids N%: the share of an integer input's elements (indices, a top-k pick) that differ in B")
 TORCH_COLUMNS = ("module", "class", "max abs", "relative", "tensor / note")
 TORCH_NUMBERS = (2, 3)
 TORCH_NAMES = (0, 4)
@@ -79,7 +80,8 @@ def _node_header(result: NodeComparison) -> str:
 
 
 def _node_rows(result: NodeComparison, top: int) -> list[list[str]]:
-    return [[f"{n.node} -> {n.qdq}" if n.qdq else n.node, n.module or "-", n.op_type, f"{n.input_error:.3g}", f"{n.error:.3g}", f"{n.growth:.3g}"]
+    return [[f"{n.node} -> {n.qdq}" if n.qdq else n.node, n.module or "-", n.op_type,
+             f"{n.input_error:.3g}" + (f" ids {n.index_change:.0%}" if n.index_change else ""), f"{n.error:.3g}", f"{n.growth:.3g}"]
             for n in result.nodes[:top]]
 
 
