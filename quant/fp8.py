@@ -61,7 +61,7 @@ def quantize_fp8(
         calibration_method="max", high_precision_dtype=high_precision_dtype, op_types_to_quantize=plan.op_types_to_quantize,
         disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *nodes_to_exclude] or None, opset=target_opset,
     )
-    removed = apply_preset(preset, model)
+    removed = apply_preset(preset, model, frozenset(plan.nodes_to_exclude))
     figures = write_checked(model, target, source, reference, held_out)
     notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)"]
     return PtqResult("fp8", "max", samples, opset_of(model), qdq_counts(model), figures, min_cosine,

@@ -66,7 +66,7 @@ def quantize_int8(
         nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *(nodes_to_exclude or [])] or None,
     )
     del source_model
-    removed = apply_preset(preset, model)
+    removed = apply_preset(preset, model, frozenset(plan.nodes_to_exclude))
     with atomic_onnx(target) as tmp:
         save_onnx(model, tmp)
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")

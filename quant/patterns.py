@@ -1,6 +1,6 @@
 """What the presets and the lint recognize in a graph, on the core graph index: attention (the score
 MatMul before a Softmax, its shapes, the mask Add, the context MatMuls after it, whether they are
-quantized), a written-out RMSNorm, and the causal mask a decoder without its cache builds.
+quantized), a written-out RMSNorm, a mixture of experts' router, and the causal mask a decoder without its cache builds.
 """
 
 from __future__ import annotations
@@ -106,6 +106,28 @@ def rms_norm_nodes(model) -> list[str]:
         if normalized:
             found += chain + normalized
     return sorted(set(found))
+
+
+# what lies between a router's GEMM and the TopK that picks the experts from its scores: a softmax or sigmoid, a bias
+# (DeepSeek's e_score_correction_bias), a scale, casts and reshapes
+ROUTER_PATH_OPS = ("Softmax", "Sigmoid", "Add", "Mul", "Div", "Cast", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def router_gemms(model, hops: int = 4) -> list[str]:
+    """Names of the GEMMs whose scores a TopK picks from: a mixture of experts' routers. Rounded scores send tokens
+    whose experts score close to other experts, a router is a small GEMM INT8 hardly speeds up, and ModelOpt's LLM
+    quantization recipes leave routers unquantized (default_disabled_quantizers: `*mlp.gate.*`, `*block_sparse_moe.gate*`)."""
+    graph = GraphIndex.of(model)
+    found = []
+    for gemm in (n for n in graph.nodes if n.op_type in ("MatMul", "Gemm")):
+        frontier = [gemm]
+        for _ in range(hops):
+            following = [c for n in frontier for o in n.output for c in graph.consumers(o)]
+            if any(c.op_type == "TopK" for c in following):
+                found.append(gemm.name)
+                break
+            frontier = [c for c in following if c.op_type in ROUTER_PATH_OPS]
+    return sorted(found)
 
 
 def _reaches(graph: GraphIndex, start, target, hops: int = 4) -> bool:

@@ -62,7 +62,7 @@ from pipeline.core.qdq import (  # noqa: F401 - the placement data and graph que
     PlacementRules,
     QdqGraph,
 )
-from quant.patterns import attention_mask_adds, attention_matmuls, attention_shapes, builds_causal_mask, reads_token_ids, rms_norm_nodes
+from quant.patterns import attention_mask_adds, attention_matmuls, attention_shapes, builds_causal_mask, reads_token_ids, rms_norm_nodes, router_gemms
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
 
 def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
     """The nodes a preset leaves unquantized, by part (`rules.keep_float`): the lm_head GEMM (the last GEMM before
-    the logits output), the nodes that read a KV cache input or write a KV cache output, the attention MatMuls, and
-    the nodes of a written-out RMSNorm."""
+    the logits output), the nodes that read a KV cache input or write a KV cache output, the attention MatMuls, the
+    nodes of a written-out RMSNorm, and the GEMMs a mixture of experts routes by."""
     kept: dict[str, list[str]] = {}
     graph = GraphIndex.of(model)
     if "lm_head" in rules.keep_float:
@@ -176,6 +176,8 @@ def kept_float(rules: PlacementRules, model) -> dict[str, list[str]]:
         kept["attention MatMuls (they read the KV cache)"] = attention_matmuls(model)
     if "rms_norm" in rules.keep_float:
         kept["RMSNorm nodes (written out, not RMSNormalization)"] = rms_norm_nodes(model)
+    if "router" in rules.keep_float:
+        kept["mixture-of-experts routers (a TopK picks from their scores)"] = router_gemms(model)
     return {part: names for part, names in kept.items() if names}
 
 
@@ -192,12 +194,13 @@ def _attention_plan(preset: Preset, model, max_sequence: int | None) -> PresetPl
     return PresetPlan(preset.op_types_to_quantize, True, [f"attention left in float (disable_mha_qdq): fused INT8 attention needs head size in {FUSED_ATTENTION_HEAD_SIZES} and sequence <= {FUSED_ATTENTION_MAX_SEQUENCE} ({reason})"])
 
 
-def apply_preset(preset: Preset, model) -> list[str]:
+def apply_preset(preset: Preset, model, kept: frozenset[str] = frozenset()) -> list[str]:
     """Edit ModelOpt's Q/DQ graph in place; return the names of the Q/DQ nodes removed.
 
     A consumer reads the float tensor instead of DQ(Q(x)) when the preset's rules reject the Q/DQ
-    on that edge, or when the preset quantizes only some op types and the consumer is another
-    (ModelOpt shares one Q/DQ between the QKV GEMMs and the residual Add). With the CNN rules a
+    on that edge, when the preset quantizes only some op types and the consumer is another
+    (ModelOpt shares one Q/DQ between the QKV GEMMs and the residual Add), or when it is one of the
+    nodes `kept` in higher precision (a router reads the Q/DQ its experts' GEMMs share). With the CNN rules a
     residual Add's skip input is moved onto the Q/DQ its tensor already has (for the next Conv),
     and a Concat's quantized inputs get one scale."""
     if not preset.fusion_cleanup:
@@ -218,7 +221,7 @@ def apply_preset(preset: Preset, model) -> list[str]:
         moves = graph.moves_between(q, dq)
         readers = list(graph.consumers(dq.output[0]))
         rejected = [c for c in readers if (preset.op_types_to_quantize is not None and c.op_type not in preset.op_types_to_quantize)
-                    or graph.rejected(rules, q.input[0], c, dq.output[0])]
+                    or c.name in kept or graph.rejected(rules, q.input[0], c, dq.output[0])]
         if moves:  # Q -> Transpose/Reshape -> DQ (FP8): only a whole pair goes, the data movement stays, in float
             if rejected != readers or dq.output[0] in outputs or not graph.single_path(q, dq):
                 continue

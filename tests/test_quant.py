@@ -520,3 +520,40 @@ def test_onnxruntime_failing_inside_modelopts_calibration_is_a_failed_stage_in_o
         run_modelopt(source, tmp_path / "m.int8.onnx", "int8", quantize_mode="int8", calibration_method="max",
                      calibration_data_reader=calibration_reader(feeds, lambda *_: None))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # nothing half written beside it
+
+
+def test_a_mixture_of_experts_router_stays_in_float_and_its_experts_are_quantized(tmp_path):
+    """The GEMM whose scores a TopK picks experts from stays unquantized (trt-fusion, decoder), its input too, as ModelOpt's
+    LLM recipes leave routers (default_disabled_quantizers: *mlp.gate.*, *block_sparse_moe.gate*): INT8 scores
+    reorder experts whose scores are close. An attention-like MatMul -> Softmax -> MatMul is no router."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pipeline.core.graph import GraphIndex
+    from quant.patterns import router_gemms
+
+    rng = np.random.default_rng(0)
+    weights = {"router_w": (32, 16), "up_w": (32, 64), "down_w": (64, 32)}
+    nodes = [helper.make_node("MatMul", ["x", "router_w"], ["scores"], name="router"),
+             helper.make_node("Softmax", ["scores"], ["probs"], name="probs", axis=-1),
+             helper.make_node("TopK", ["probs", "k"], ["top", "chosen"], name="pick", axis=-1),
+             helper.make_node("MatMul", ["x", "up_w"], ["h"], name="up"), helper.make_node("Relu", ["h"], ["a"], name="act"),
+             helper.make_node("MatMul", ["a", "down_w"], ["y"], name="down")]
+    graph = helper.make_graph(nodes, "moe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 32]),
+                               helper.make_tensor_value_info("top", TensorProto.FLOAT, ["batch", 2])],
+                              [*(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name) for name, shape in weights.items()),
+                               numpy_helper.from_array(np.array([2], np.int64), "k")])
+    source = tmp_path / "moe.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), source)
+    assert router_gemms(onnx.load(source)) == ["router"]
+    attention = onnx.load(source)
+    attention.graph.node[2].CopyFrom(helper.make_node("MatMul", ["probs", "router_w_t"], ["top"], name="context"))
+    assert router_gemms(attention) == []
+
+    calibration = {"x": rng.standard_normal((16, 32)).astype(np.float32)}
+    result = quantize_int8(source, tmp_path / "int8.onnx", calibration, 4, "trt-fusion", "fp32")
+    quantized = GraphIndex.of(onnx.load(tmp_path / "int8.onnx"))
+    fed_by_dq = {n.name: any(quantized.producer(i) is not None and quantized.producer(i).op_type == "DequantizeLinear" for i in n.input)
+                 for n in quantized.nodes if n.op_type == "MatMul"}
+    assert fed_by_dq == {"router": False, "up": True, "down": True}  # the router read the Q/DQ of x its expert shares
+    assert "mixture-of-experts routers (a TopK picks from their scores) left in higher precision: 1 node(s)" in result.notes

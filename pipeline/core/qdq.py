@@ -95,14 +95,14 @@ class PlacementRules:
     float_region_ops: tuple[str, ...]  # run in float inside a fused region: no Q/DQ on their input
     residual_skip: bool  # quantize the skip input of a residual Add (moved onto an existing Q/DQ of that tensor)
     share_concat_scales: bool  # the quantized inputs of a Concat get one scale (the largest)
-    keep_float: tuple[str, ...] = ()  # parts left in higher precision: "lm_head", "kv_cache", "attention" (a decoder's), "rms_norm"
+    keep_float: tuple[str, ...] = ()  # parts left in higher precision: "lm_head", "kv_cache", "attention" (a decoder's), "rms_norm", "router"
 
 
 TRANSFORMER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False,
-                                   keep_float=("rms_norm",))  # a written-out RMSNorm is a float region as LayerNormalization is
+                                   keep_float=("rms_norm", "router"))  # a written-out RMSNorm is a float region as LayerNormalization is
 CNN_RULES = PlacementRules(("Add", *EPILOGUE_OPS), FLOAT_REGION_OPS, residual_skip=True, share_concat_scales=True)
 DECODER_RULES = PlacementRules(("Add", *ACTIVATION_OPS), FLOAT_REGION_OPS, residual_skip=False, share_concat_scales=False,
-                               keep_float=("lm_head", "kv_cache", "attention", "rms_norm"))
+                               keep_float=("lm_head", "kv_cache", "attention", "rms_norm", "router"))
 
 
 def mask_adds(graph: GraphIndex) -> list[str]:
