@@ -23,13 +23,13 @@ from pipeline.core.errors import InputError, PipelineError, StageFailed, first_l
 from pipeline.core.onnxfile import atomic_onnx, external_data_threshold, ir_weight_bytes, save_onnx
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
-from pipeline.core.samples import check_sizes, make_inputs
+from pipeline.core.samples import check_sizes
 from pipeline.core.verify import OnnxSession, run_failure
 from pipeline.export_failures import exporter_failure
 from pipeline.fixed_dims import DimFixed, check_dims, dim_the_graph_fixed, fixed_at_run, shape_guards
 from pipeline.models.decoder import derived_inputs
 from pipeline.models.module import build_module, flatten_outputs, run_module
-from pipeline.near_ties import topk_margins
+from pipeline.near_ties import untied_run
 
 Status = Callable[[str], None]
 
@@ -76,11 +76,6 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
         generation = _generation(given, profile, module, tmp, session, generation_reference, status)
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
 
-
-# a float32 dot product over a few thousand terms rounds by up to about 1e-5 of its magnitude in another summation
-# order: a top-k choice decided by less is onnxruntime's to make otherwise; the check draws other inputs, up to 4 times
-TIE_MARGIN = 1e-5
-UNTIED_DRAWS = 4
 
 RANDOM_OPS = ("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Multinomial", "Bernoulli")
 
@@ -342,7 +337,7 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
 
     worst, checked = 0.0, []
     for i, sizes in enumerate(check_sizes(profile) + prefill_sizes(profile)):
-        feeds, output = _untied_run(profile, module, sizes, seed=1000 + i)
+        feeds, output = untied_run(profile, module, sizes, seed=1000 + i)
         expected = {name: t.numpy() for name, t in flatten_outputs(output, profile)}
         try:
             actual = session.run_named(feeds)
@@ -372,25 +367,6 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
         checked.append(_shapes(feeds))
     model = onnx.load(str(onnx_path), load_external_data=False)
     return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked, list(expected))
-
-
-def _untied_run(profile: Profile, module: Any, sizes: dict[str, int], seed: int) -> tuple[dict[str, np.ndarray], Any]:
-    """Random valid inputs at `sizes` and torch's output on them: the first of UNTIED_DRAWS draws on which every
-    torch.topk choice (a mixture of experts' routing) is decided by more than TIE_MARGIN (pipeline/near_ties.py),
-    else the draw whose closest choice is the least close."""
-    import torch
-
-    draws = []
-    for draw in range(UNTIED_DRAWS):
-        feeds = make_inputs(profile, seed=seed + 100 * draw, dims=sizes)
-        with topk_margins() as margins:
-            output = run_module(module, tuple(torch.from_numpy(a) for a in feeds.values()), profile)
-        closest = min(margins, default=float("inf"))
-        if closest > TIE_MARGIN:
-            return feeds, output
-        draws.append((closest, feeds, output))
-    _, feeds, output = max(draws, key=lambda d: d[0])
-    return feeds, output
 
 
 def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:

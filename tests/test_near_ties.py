@@ -5,8 +5,8 @@ onnxruntime, and that cannot tell a faithful export from a wrong one."""
 import pytest
 import torch
 
-from pipeline.export import TIE_MARGIN, export_model
-from pipeline.near_ties import topk_margins
+from pipeline.export import export_model
+from pipeline.near_ties import TIE_MARGIN, topk_margins
 
 
 def test_the_margin_of_a_topk_is_the_gap_after_its_kth_value_relative_above_one():

@@ -21,7 +21,7 @@ from pipeline.models.decoder import max_positions, prepare, returns_cache, with_
 from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
 from pipeline.models.seq2seq_starter import EXPORT, EXPORT_COMMENT, encoder_decoder_inputs, run_encoder_decoder, task_of
 from pipeline.models.size import EXPORT_MEMORY_FACTOR, per_layer_fields, small_config_fields
-from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV, random_draws, run_at_max
+from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV, feed_noise, random_draws, run_at_max
 
 
 def starter_profile(source: str, task: str | None, name: str, profile_folder: Path, full_size: bool = False,
@@ -142,7 +142,7 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
             bound, export_profile = prepare(model, profile)
             with random_draws() as draws:
                 run_at_max(type(model).__name__, bound, export_profile, batch_one=checkpoint)
-            if _feed_noise(model, draws, document):
+            if feed_noise(model, draws, document):
                 del model.forward  # bind_forward's, set on the instance: bound again to the inputs with the noise
                 profile = Profile.model_validate({**document.unwrap(), "source": path})
                 run_at_max(type(model).__name__, *prepare(model, profile), batch_one=checkpoint)
@@ -155,18 +155,6 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
                          f"{parts}write its config and [[inputs]] by hand (see docs/models.md)") from err
     if not checkpoint:  # a checkpoint's export may take minutes: its build says what its export cannot do
         choose_exporter(document, path, model_name)
-
-
-def _feed_noise(model: Any, draws: list[tuple[int, ...]], document: Any) -> bool:
-    """Where the forward drew a [batch, n] random tensor and takes it as `noise` (ViTMAE's masking), add that input
-    to the profile: fed, the forward is deterministic, so its export can be checked and calibrated."""
-    drawn = [shape for shape in draws if len(shape) == 2]
-    if not drawn or "noise" not in inspect.signature(type(model).forward).parameters:
-        return False
-    noise = _table({"name": "noise", "dtype": "float32", "shape": ["batch", drawn[0][1]], "range": [0.0, 1.0]},
-                   f"the random draw {type(model).__name__}'s forward makes otherwise (uniform, as torch.rand)")
-    document["inputs"].append(noise)
-    return True
 
 
 def choose_exporter(document: Any, path: Path, model_name: str) -> None:

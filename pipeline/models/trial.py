@@ -6,6 +6,7 @@ scaled to the batch max and refused in one line when that would not fit the memo
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -71,3 +72,18 @@ def random_draws() -> Iterator[list[tuple[int, ...]]]:
 
     with Recorder():
         yield shapes
+
+
+def feed_noise(model: Any, draws: list[tuple[int, ...]], document: Any) -> bool:
+    """Where the forward drew a [batch, n] random tensor and takes it as `noise` (ViTMAE's masking), add that input
+    to the profile: fed, the forward is deterministic, so its export can be checked and calibrated."""
+    drawn = [shape for shape in draws if len(shape) == 2]
+    if not drawn or "noise" not in inspect.signature(type(model).forward).parameters:
+        return False
+    import tomlkit
+
+    noise = tomlkit.table()
+    noise.update({"name": "noise", "dtype": "float32", "shape": ["batch", drawn[0][1]], "range": [0.0, 1.0]})
+    noise.comment(f"the random draw {type(model).__name__}'s forward makes otherwise (uniform, as torch.rand)")
+    document["inputs"].append(noise)
+    return True
