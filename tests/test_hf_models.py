@@ -129,11 +129,11 @@ def test_hf_route_errors_name_the_key(tmp_path, model, expected):
 
 
 def test_hf_input_names_must_be_forward_arguments(tmp_path):
-    from pipeline.models.hf import load_hf_model
+    from pipeline.models.module import build_module
 
     text = text_profile("bad", "[model.hf_config]\n" + BERT_CONFIG).replace('name = "attention_mask"', 'name = "mask"')
     with pytest.raises(ProfileError, match="BertModel.forward has no argument 'mask'; name the \\[\\[inputs\\]\\] after its arguments: input_ids, attention_mask"):
-        load_hf_model(load_profile(str(write_profile(tmp_path, text))))
+        build_module(load_profile(str(write_profile(tmp_path, text))))
 
 
 # ---------------------------------------------------------------- fp16: AutoCast's placeholder dims
