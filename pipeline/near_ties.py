@@ -45,10 +45,13 @@ def topk_margins() -> Iterator[list[float]]:
         yield margins
 
 
-def _margin(values, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> float:  # noqa: A002 - torch.topk's names
+def _margin(values, k, dim: int = -1, largest: bool = True, sorted: bool = True, **_: object) -> float:  # noqa: A002 - torch.topk's names
+    """The margin of one topk call as the model made it (k a number or a 0-d tensor; `out=` and the like ignored);
+    inf where there is none to measure: the model's own call, not this record, decides whether the model runs."""
     import torch
 
-    if not values.is_floating_point() or values.shape[dim] <= k or values.numel() == 0:
+    k = int(k)
+    if not isinstance(values, torch.Tensor) or not values.is_floating_point() or values.numel() == 0 or values.shape[dim] <= k:
         return float("inf")
     ordered = torch.sort(values.detach().float(), dim=dim, descending=largest).values
     kth, after = ordered.select(dim, k - 1), ordered.select(dim, k)

@@ -330,3 +330,17 @@ def test_init_names_the_exporter_that_exports_swin(tmp_path):
     profile = init_profile(tmp_path, "swin")
     assert profile.export.exporter == "torchscript"
     assert "# torchscript: the dynamo exporter could not decompose the model at its dynamic dims" in (tmp_path / "swin.toml").read_text()
+
+
+def test_the_random_draw_record_reads_every_way_torch_takes_a_size():
+    """torch.rand(2, 3), rand((2, 3)), rand(size=...), a 0-d tensor size: the record reads each; it never raises (a
+    model's call it cannot read is the model's to make)."""
+    from pipeline.models.trial import random_draws
+
+    with random_draws() as draws:
+        torch.rand(2, 3)
+        torch.randn((4, 5))
+        torch.rand(size=(3, 3))
+        torch.rand(torch.tensor(2), 3)
+        torch.rand_like(torch.zeros(2))  # not torch.rand: not recorded
+    assert draws == [(2, 3), (4, 5), (3, 3), (2, 3)]

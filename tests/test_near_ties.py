@@ -15,9 +15,11 @@ def test_the_margin_of_a_topk_is_the_gap_after_its_kth_value_relative_above_one(
         torch.topk(scores, 1)
         scores.topk(2, dim=-1)
         torch.topk(scores.to(torch.int64), 1)  # integers do not round: no margin
+        torch.topk(scores, torch.tensor(1), dim=0, out=(torch.empty(0), torch.empty(0, dtype=torch.int64)))  # as a model may call it
     assert margins[0] == 0.25  # row 1's 0.5 - 0.25 (under 1: absolute); row 0's 3 - 1 is 2/3 of 3
     assert margins[1] == pytest.approx(2**-20 / (1.0 + 2**-20))  # row 0's 2nd and 3rd; row 1's gap is 0.125
     assert margins[2] == float("inf")
+    assert margins[3] == 0.125  # along dim 0, k a tensor, out= given: column 3's 0.125 - 0 is the closest
 
 
 def test_a_mixture_of_experts_whose_routing_ties_on_the_check_inputs_is_checked_on_other_ones(tmp_path):

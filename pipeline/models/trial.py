@@ -66,8 +66,10 @@ def random_draws() -> Iterator[list[tuple[int, ...]]]:
     class Recorder(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             if func in (torch.rand, torch.randn):
-                sizes = args[0] if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)) else args
-                shapes.append(tuple(int(size) for size in sizes))
+                given = args or ((kwargs or {}).get("size", ()),)
+                sizes = given[0] if len(given) == 1 and isinstance(given[0], (tuple, list, torch.Size)) else given
+                if all(isinstance(size, (int, torch.SymInt)) or (isinstance(size, torch.Tensor) and size.numel() == 1) for size in sizes):
+                    shapes.append(tuple(int(size) for size in sizes))  # else a size this record cannot read: the model's call decides
             return func(*args, **(kwargs or {}))
 
     with Recorder():
