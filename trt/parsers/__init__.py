@@ -1,17 +1,6 @@
-"""Readers for every form of TensorRT layer information, behind one detector, and for trtexec's profile.
-
-One module per format:
-- inspector_json: `get_engine_information(JSON)` / `trtexec --exportLayerInfo` (8.x, 10.x, 11.x;
-  detailed or layer names only);
-- oneline + builder_log: text with one line per layer (`IEngineInspector` ONELINE, `trtexec
-  --dumpLayerInfo`, verbose builder logs, TensorRT 8.2 tensor syntax), several builds per log;
-- polygraphy_inspect: `polygraphy inspect model X.engine --show layers`;
-- layer_json: per-layer `get_layer_information(i, JSON)` objects joined by separator lines;
-- prediction: a predicted engine (`python -m pipeline predict --format json`), read as a real one;
-- profile: `trtexec --exportProfile` per-layer times.
-Every failure is a `LayerInfoParseError` (a PipelineError): the format detected, where it broke,
-what was expected. Every reader runs in time linear in its input.
-"""
+"""Readers for every form of TensorRT layer information (one module per format), behind one detector,
+and for trtexec's profile. Every failure is a `LayerInfoParseError` saying the format detected, where it
+broke and what was expected; every reader runs in time linear in its input."""
 
 from __future__ import annotations
 
@@ -43,7 +32,8 @@ def parse_layer_info(path: Path | str, input_format: str = "auto", build: int | 
         try:
             data = loads_json(text)
         except json.JSONDecodeError as err:
-            if input_format == "json" or (_JSON_START.match(text) and not (layer_json.looks_like(text) or _has_text_layers(text))):
+            text_layers = layer_json.looks_like(text) or builder_log.has_layer_lines(text) or polygraphy_inspect.is_polygraphy(text)
+            if input_format == "json" or (_JSON_START.match(text) and not text_layers):
                 raise LayerInfoParseError(source, "JSON", f"line {err.lineno} column {err.colno}", err.msg, "inspector JSON as written by trtexec --exportLayerInfo") from err
         except (ValueError, RecursionError) as err:  # a 5,000-digit integer, nesting deeper than the reader follows
             raise LayerInfoParseError(source, "JSON", "whole file", json_problem(err), "inspector JSON as written by trtexec --exportLayerInfo") from err
@@ -70,10 +60,6 @@ def detect_text(text: str) -> str:
     if not builder_log.has_layer_lines(text) and polygraphy_inspect.is_polygraphy(text):
         return "polygraphy"
     return "log"
-
-
-def _has_text_layers(text: str) -> bool:
-    return builder_log.has_layer_lines(text) or polygraphy_inspect.is_polygraphy(text)
 
 
 def _no_build(source: str, build: int | None, found: str) -> None:

@@ -89,12 +89,10 @@ def parse(source: str, text: str, build: int | None = None) -> EnginePlan:
 
 
 def _plan(source: str, listing: _Listing) -> EnginePlan:
-    detected = _format(listing)
-    if listing.style == "detailed":
-        layers = [oneline.layer_from_line(source, detected, number, body) for number, body in listing.lines]
-        return finish(EnginePlan(source, detected, "detailed", layers))
-    layers = [_layer_from_names_line(source, detected, number, body) for number, body in listing.lines]
-    return finish(EnginePlan(source, detected, "layer_names_only", layers))
+    detected, detailed = _format(listing), listing.style == "detailed"
+    read = oneline.layer_from_line if detailed else _layer_from_names_line
+    layers = [read(source, detected, number, body) for number, body in listing.lines]
+    return finish(EnginePlan(source, detected, "detailed" if detailed else "layer_names_only", layers))
 
 
 def _format(listing: _Listing) -> str:
@@ -136,8 +134,7 @@ def _layer_from_names_line(source: str, detected: str, number: int, body: str) -
     inputs, _, outputs = tensors.partition(" -> ")
     layer = Layer(name=name.strip(), type=layer_type.strip() or "unknown", tactic=tactic.strip() or None)
     set_tensors(layer, _names_tensors(inputs), _names_tensors(outputs))
-    assign_nodes(layer, None)
-    return layer
+    return assign_nodes(layer, None)
 
 
 def _names_tensors(text: str) -> list[tuple[str, str | None]]:

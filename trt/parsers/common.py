@@ -102,11 +102,9 @@ _INITIALIZER = re.compile(r"\.(?:weight|bias|running_mean|running_var)$")
 _CLONE = re.compile(r"_clone_\d{1,6}$")
 
 
-def assign_nodes(layer: Layer, metadata: str | None) -> None:
+def assign_nodes(layer: Layer, metadata: str | None) -> Layer:
     """ONNX nodes from Metadata when TensorRT wrote the field (even empty), else from the layer's name.
-
-    A Myelin kernel's own name (`__myl_CastReshCast_myl4_4`) is never an ONNX node.
-    """
+    A Myelin kernel's own name (`__myl_CastReshCast_myl4_4`) is never an ONNX node."""
     base = layer.base_name
     kernel = MYELIN_KERNEL.search(base) if "_myl" in base else None
     if kernel:
@@ -116,7 +114,7 @@ def assign_nodes(layer: Layer, metadata: str | None) -> None:
         layer.onnx_nodes, layer.mapping = from_metadata, MAPPING_METADATA  # the exact mapping: the name is not needed
         if layer.type == "Myelin":
             layer.myelin_graph = -1
-        return
+        return layer
     named = nodes_from_name(layer.name)
     if not kernel and (layer.type == "Myelin" or named.type == "Myelin"):
         layer.myelin_graph = -1  # a TensorRT 8.x region: numbered in finish()
@@ -124,6 +122,7 @@ def assign_nodes(layer: Layer, metadata: str | None) -> None:
     layer.onnx_nodes, layer.mapping = named.onnx_nodes, named.mapping
     if layer.type == "unknown":
         layer.type = named.type
+    return layer
 
 
 def nodes_from_name(name: str) -> Layer:
@@ -205,10 +204,9 @@ def unique(names) -> list[str]:
 # ---------------------------------------------------------------- after parsing
 
 
-def finish(plan: EnginePlan, unique_names: bool = True) -> EnginePlan:
+def finish(plan: EnginePlan) -> EnginePlan:
     """Profiles, TensorRT 8.x region numbers, regions, and notes on what the file cannot tell."""
-    if unique_names:
-        _check_unique(plan)
+    _check_unique(plan)
     _assign_profiles(plan)
     next_graph = 1 + max((layer.myelin_graph for layer in plan.layers if layer.myelin_graph is not None), default=-1)
     for layer in plan.layers:

@@ -26,7 +26,7 @@ def parse(source: str, data: Any) -> EnginePlan:
     raw_layers = data["Layers"]
     io_tensors = _io_tensor_names(source, data)
     if all(isinstance(item, str) for item in raw_layers):
-        layers = [_layer_from_name(name) for name in raw_layers]
+        layers = [assign_nodes(Layer(name=name, type="unknown"), None) for name in raw_layers]
         version = "11.x" if "I/O Tensors" in data else "8.x-10.x"
         return finish(EnginePlan(source, f"{FORMAT}, layer names only (TensorRT {version})", "layer_names_only", layers, io_tensors))
     layers: list[Layer] = []
@@ -48,12 +48,6 @@ def _version(data: dict[str, Any], raw_layers: list[Any], layers: list[Layer]) -
     if any(layer.type == "Myelin" for layer in layers) or not any(isinstance(item, dict) and "Metadata" in item for item in raw_layers):
         return "8.x"
     return "8.x-10.x"
-
-
-def _layer_from_name(name: str) -> Layer:
-    layer = Layer(name=name, type="unknown")
-    assign_nodes(layer, None)
-    return layer
 
 
 def _io_tensor_names(source: str, data: dict[str, Any]) -> list[str]:
@@ -117,8 +111,7 @@ def layer_from_object(item: Any) -> Layer:
     metadata = item.get("Metadata")
     if metadata is not None and type(metadata) is not str:
         raise BadLayer(".Metadata", f"a {type(metadata).__name__}", "a string of [ONNX Layer: ...] entries")
-    assign_nodes(layer, metadata)
-    return layer
+    return assign_nodes(layer, metadata)
 
 
 def _str_or_none(value: Any) -> str | None:

@@ -42,8 +42,7 @@ def layer_from_line(source: str, detected: str, number: int, body: str) -> Layer
         fields = fields[:cut]
     layer = Layer(name=name.strip(), type=layer_type.strip(), tactic=_value(fields, "TacticName") or _value(fields, "TacticValue"), origin=_value(fields, "Origin"))
     set_tensors(layer, _tensors(_list_after(fields, "Inputs: [")), _tensors(_list_after(fields, "Outputs: [")))
-    assign_nodes(layer, metadata)
-    return layer
+    return assign_nodes(layer, metadata)
 
 
 def _metadata_start(fields: str) -> int | None:

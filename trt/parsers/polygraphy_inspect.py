@@ -30,46 +30,37 @@ def is_polygraphy(text: str) -> bool:
 
 
 def parse(source: str, text: str) -> EnginePlan:
-    layers, current = [], None
+    blocks, current = [], None
     for number, line in enumerate(text_lines(text), 1):
         head = _LAYER_HEAD.match(line)
         if head and " [Op: " in line:
-            current = _Block(number, line[head.end() :])
-            layers.append(current)
+            current = []
+            blocks.append((number, line[head.end() :], current))
         elif current is not None:
             if line.strip() and not line[:1].isspace():
                 current = None  # the layer list has ended
             else:
-                current.lines.append(line.strip())
-    if not layers:
+                current.append(line.strip())
+    if not blocks:
         raise LayerInfoParseError(source, FORMAT, "whole file", "no 'Layer N | name [Op: type]' lines", "the output of `polygraphy inspect model X.engine --show layers`")
-    return finish(EnginePlan(source, FORMAT, "detailed", [block.layer(source) for block in layers]))
+    return finish(EnginePlan(source, FORMAT, "detailed", [_layer(source, *block) for block in blocks]))
 
 
-class _Block:
-    def __init__(self, number: int, head: str):
-        self.number, self.head, self.lines = number, head, []
-
-    def layer(self, source: str) -> Layer:
-        name, sep, op = self.head.rstrip().rpartition(" [Op: ")
-        if not sep or not op.endswith("]") or not name.strip():
-            raise LayerInfoParseError(source, FORMAT, f"line {self.number}", "a layer line without ' [Op: <type>]'", "'Layer N | <name> [Op: <type>]'")
-        io, attributes = [], {}
-        in_attributes = False
-        for line in self.lines:
-            if line == _ATTRIBUTES:
-                in_attributes = True
-            elif in_attributes:
-                key, sep, value = line.partition(" = ")
-                if sep:
-                    attributes[key.strip()] = value.strip()
-            elif line:
-                io.append(line)
-        inputs, outputs = _split_io(io)
-        layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None, origin=_origin(attributes.get("Origin")))
-        set_tensors(layer, _tensors(inputs), _tensors(outputs))
-        assign_nodes(layer, attributes.get("Metadata"))
-        return layer
+def _layer(source: str, number: int, head: str, lines: list[str]) -> Layer:
+    """One layer from its head line and the lines below it: tensors, then `---- Attributes ----` `key = value`."""
+    name, sep, op = head.rstrip().rpartition(" [Op: ")
+    if not sep or not op.endswith("]") or not name.strip():
+        raise LayerInfoParseError(source, FORMAT, f"line {number}", "a layer line without ' [Op: <type>]'", "'Layer N | <name> [Op: <type>]'")
+    cut = lines.index(_ATTRIBUTES) if _ATTRIBUTES in lines else len(lines)
+    attributes = {}
+    for line in lines[cut + 1 :]:
+        key, sep, value = line.partition(" = ")
+        if sep:
+            attributes[key.strip()] = value.strip()
+    inputs, outputs = _split_io([line for line in lines[:cut] if line])
+    layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None, origin=_origin(attributes.get("Origin")))
+    set_tensors(layer, _tensors(inputs), _tensors(outputs))
+    return assign_nodes(layer, attributes.get("Metadata"))
 
 
 def _split_io(lines: list[str]) -> tuple[str, str]:

@@ -89,18 +89,15 @@ def _records_from_lines(source: str, text: str) -> list[TimingRecord]:
         opened = _NAME_OPEN.search(line)
         if not opened:
             continue
-        closes = [m for m in _NAME_CLOSE.finditer(line, opened.end())]
-        if not closes:
-            raise LayerInfoParseError(source, f"{FORMAT} (unescaped names)", f"line {number}", "a record without timeMs/averageMs", '{ "name" : ..., "timeMs" : ..., "averageMs" : ... } on one line')
-        close = closes[-1]  # the name is verbatim up to the last `", "timeMs"` of the line
-        fields, position = {}, close.end() - len('"timeMs"')
+        closes = list(_NAME_CLOSE.finditer(line, opened.end()))  # the name is verbatim up to the last `", "timeMs"`
+        fields, position = {}, closes[-1].end() - len('"timeMs"') if closes else len(line)
         while (field := _FIELD.match(line, position)) is not None:
             fields[field["key"]] = field["value"]
             position = field.end()
         if "averageMs" not in fields:
             raise LayerInfoParseError(source, f"{FORMAT} (unescaped names)", f"line {number}", "a record without timeMs/averageMs", '{ "name" : ..., "timeMs" : ..., "averageMs" : ... } on one line')
         where = f"line {number}"
-        records.append(TimingRecord(line[opened.end() : close.start()], _number(source, where, "averageMs", float(fields["averageMs"])), *(
+        records.append(TimingRecord(line[opened.end() : closes[-1].start()], _number(source, where, "averageMs", float(fields["averageMs"])), *(
             _number(source, where, key, float(fields[key]) if key in fields else None, optional=True) for key in ("timeMs", "medianMs", "percentage"))))
     if not records:
         raise LayerInfoParseError(source, "text", "whole file", "no timing records", FORMAT)
