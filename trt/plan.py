@@ -78,11 +78,6 @@ def lowest_precision(types: list[str], first_output: str | None) -> str | None:
     return first_output or (types[0] if types else None)
 
 
-def only_qdq(layer: Layer) -> bool:
-    """TensorRT 8.x `Origin: QDQ`, or a layer whose ONNX nodes are all Q/DQ nodes."""
-    return layer.origin == "QDQ" or (bool(layer.onnx_nodes) and all(looks_qdq(n) for n in layer.onnx_nodes))
-
-
 @dataclass(slots=True)
 class Region:
     """A Myelin graph (kind "myelin") or one standalone layer (kind "layer"); built by EnginePlan.settle()."""
@@ -156,8 +151,8 @@ class EnginePlan:
     def settle(self) -> None:
         """Per-layer Q/DQ facts, then the regions: one per (profile, Myelin graph), one per
         other layer, in layer order. Called when the layers are read, and again if their nodes change."""
-        for layer in self.layers:
-            layer.qdq = only_qdq(layer)
+        for layer in self.layers:  # TensorRT 8.x `Origin: QDQ`, or all its ONNX nodes are Q/DQ nodes
+            layer.qdq = layer.origin == "QDQ" or (bool(layer.onnx_nodes) and all(looks_qdq(n) for n in layer.onnx_nodes))
         self.regions = []
         by_graph: dict[tuple[int, int], Region] = {}
         for index, layer in enumerate(self.layers):

@@ -128,7 +128,8 @@ def _resolve_ranges(plan: EnginePlan, graph: OnnxGraph) -> None:
     for layer in plan.layers:
         if layer.mapping != MAPPING_RANGE or not layer.foreign_range:
             continue
-        first, last = (_position(graph, name) for name in layer.foreign_range)
+        # TensorRT sometimes names a region by a tensor: its producer's position
+        first, last = (graph.position.get(name, graph.producers.get(name)) for name in layer.foreign_range)
         if first is None and last is None:
             plan.notes.append(f"neither end of {layer.name!r} is in {graph.path}: its ONNX nodes are only the ones its name shows")
             continue
@@ -141,12 +142,6 @@ def _resolve_ranges(plan: EnginePlan, graph: OnnxGraph) -> None:
         changed = True
     if changed:
         plan.settle()
-
-
-def _position(graph: OnnxGraph, name: str) -> int | None:
-    if name in graph.position:
-        return graph.position[name]
-    return graph.producers.get(name)  # TensorRT sometimes names a region by a tensor
 
 
 def _breakdown(plan: EnginePlan) -> Breakdown:
@@ -163,24 +158,11 @@ def _coverage(graph: OnnxGraph, referenced: set[str]) -> Coverage:
     """ONNX nodes that appear in no layer, split by why that is expected or not."""
     folded = graph.constant_like()
     groups: dict[str, list[str]] = {"folded_constants_and_shapes": [], "data_movement": [], "qdq": [], "compute": []}
-    for node in graph.nodes:
-        if node.name in referenced:
-            continue
-        if node.name in folded:
-            groups["folded_constants_and_shapes"].append(node.name)
-        elif node.op_type in QDQ_OPS:
-            groups["qdq"].append(node.name)
-        elif node.op_type in DATA_MOVEMENT_OPS:
-            groups["data_movement"].append(node.name)
-        else:
-            groups["compute"].append(node.name)
+    for node in (n for n in graph.nodes if n.name not in referenced):
+        why = ("folded_constants_and_shapes" if node.name in folded else "qdq" if node.op_type in QDQ_OPS
+               else "data_movement" if node.op_type in DATA_MOVEMENT_OPS else "compute")
+        groups[why].append(node.name)
     return Coverage(len(graph.nodes), sum(1 for n in graph.nodes if n.name in referenced), groups)
-
-
-def module_of(name: str, graph: OnnxGraph | None, depth: int) -> str:
-    node = graph.by_name.get(name) if graph else None
-    scope = node.scope if node is not None and node.scope else scope_of_name(name)
-    return "/".join(scope[:depth]) or ROOT
 
 
 def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[ModuleRow]:
@@ -189,22 +171,16 @@ def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[Module
     A layer counts in every module it has nodes of; its time is shared among them by node count.
     """
     rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"onnx_nodes": 0, "layers": 0, "myelin_kernels": 0, "time_ms": None, "precisions": Counter()})
-    modules_of: dict[str, str] = {}
 
+    @cache
     def module_for(name: str) -> str:
-        found = modules_of.get(name)
-        if found is None:
-            found = modules_of[name] = module_of(name, graph, depth)
-        return found
+        node = graph.by_name.get(name) if graph else None
+        scope = node.scope if node is not None and node.scope else scope_of_name(name)
+        return "/".join(scope[:depth]) or ROOT
 
     for layer in plan.layers:
         nodes = layer.onnx_nodes
-        modules: dict[str, int] = {}
-        for name in nodes:
-            module = modules_of.get(name) or module_for(name)
-            modules[module] = modules.get(module, 0) + 1
-        if not nodes:
-            modules[UNMAPPED] = 1
+        modules = Counter(map(module_for, nodes)) if nodes else {UNMAPPED: 1}
         total = len(nodes) or 1
         for module, count in modules.items():
             row = rows[module]

@@ -15,7 +15,7 @@ from pipeline.core.fileio import write_json
 from trt.build import capture_logger
 
 
-class DeviceBuffers:
+def device_buffers(trt, engine, context, feeds: dict[str, Any], stream) -> dict[str, Any]:
     """Device memory for every I/O tensor of an execution context, inputs filled from numpy feeds.
 
     Inputs are copied on `stream`, the stream the engine then runs on, so every enqueue is ordered
@@ -23,31 +23,30 @@ class DeviceBuffers:
     Outputs are allocated by TensorRT's itemsize, so BF16, FP8, INT4 and FP4 outputs, which have no
     numpy type (`trt.nptype` raises), get their buffer too; nothing here reads outputs back.
     """
+    import cupy as cp
+    import numpy as np
 
-    def __init__(self, trt, engine, context, feeds: dict[str, Any], stream):
-        import cupy as cp
-        import numpy as np
-
-        self.arrays = {}
-        names = [engine.get_tensor_name(index) for index in range(engine.num_io_tensors)]
-        inputs = [name for name in names if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT]
-        for name in inputs:
-            if name not in feeds:
-                raise InputError(f"engine input {name!r} has no data; the profile's [[inputs]] must name it")
-            host = np.ascontiguousarray(feeds[name])
-            dtype = engine.get_tensor_dtype(name)
-            if host.dtype.itemsize != dtype.itemsize:
-                raise InputError(f"engine input {name!r} is {dtype.name} but the profile feeds {host.dtype}; make its [[inputs]] dtype match the model")
-            if not context.set_input_shape(name, host.shape):
-                raise InputError(f"engine input {name!r} does not take shape {host.shape}: outside the engine's optimization profile")
-            self.arrays[name] = cp.empty(host.shape, dtype=host.dtype)
-            self.arrays[name].set(host, stream=stream)
-        for name in names:
-            if name not in inputs:
-                self.arrays[name] = cp.empty((_output_bytes(trt, engine, context, name),), dtype=cp.uint8)
-        for name, array in self.arrays.items():
-            if not context.set_tensor_address(name, array.data.ptr):
-                raise InputError(f"TensorRT refused the device address of tensor {name!r}")
+    arrays = {}
+    names = [engine.get_tensor_name(index) for index in range(engine.num_io_tensors)]
+    inputs = [name for name in names if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT]
+    for name in inputs:
+        if name not in feeds:
+            raise InputError(f"engine input {name!r} has no data; the profile's [[inputs]] must name it")
+        host = np.ascontiguousarray(feeds[name])
+        dtype = engine.get_tensor_dtype(name)
+        if host.dtype.itemsize != dtype.itemsize:
+            raise InputError(f"engine input {name!r} is {dtype.name} but the profile feeds {host.dtype}; make its [[inputs]] dtype match the model")
+        if not context.set_input_shape(name, host.shape):
+            raise InputError(f"engine input {name!r} does not take shape {host.shape}: outside the engine's optimization profile")
+        arrays[name] = cp.empty(host.shape, dtype=host.dtype)
+        arrays[name].set(host, stream=stream)
+    for name in names:
+        if name not in inputs:
+            arrays[name] = cp.empty((_output_bytes(trt, engine, context, name),), dtype=cp.uint8)
+    for name, array in arrays.items():
+        if not context.set_tensor_address(name, array.data.ptr):
+            raise InputError(f"TensorRT refused the device address of tensor {name!r}")
+    return arrays
 
 
 def _output_bytes(trt, engine, context, name: str) -> int:
@@ -75,7 +74,7 @@ class _Execution:
                              f"({'; '.join(self.log) or 'built by another TensorRT version or for another GPU?'})")
         self.context = self.engine.create_execution_context()
         self.stream = cp.cuda.Stream(non_blocking=True)
-        self.buffers = DeviceBuffers(trt, self.engine, self.context, feeds, self.stream)
+        self.buffers = device_buffers(trt, self.engine, self.context, feeds, self.stream)  # kept alive while the engine runs
         for _ in range(warmup):
             self.enqueue()
         self.stream.synchronize()

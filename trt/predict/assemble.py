@@ -77,24 +77,23 @@ class Assembly:
 
     def _group(self, group: Group) -> None:
         g = self.g
-        compute = [n for n in group.nodes if g.by_name[n].op_type not in QDQ_OPS] or group.nodes
         if group.kind == "qdq":
-            op = g.by_name[group.anchor].op_type
-            precision = (self.target.quantized or "INT8") if op == "QuantizeLinear" else self.target.float_precision
+            precision = self._precision(g.by_name[group.anchor].op_type == "QuantizeLinear")
             self._add(Layer(group.anchor, "Reformat", list(group.nodes), origin="QDQ", precision=precision), group.nodes)
             return
+        compute = [n for n in group.nodes if g.by_name[n].op_type not in QDQ_OPS] or group.nodes
         name = f"PWN({', '.join(compute)})" if group.kind == "pointwise" else " + ".join(compute)
         layer_type = LAYER_TYPES.get(group.kind, g.by_name[group.anchor].op_type)
-        self._add(Layer(name, layer_type, list(group.nodes), precision=self._precision(group)), group.nodes)
+        quantized = group.int8_in or group.anchor in self.built.quantization.int8
+        self._add(Layer(name, layer_type, list(group.nodes), precision=self._precision(quantized)), group.nodes)
         if group.kind == "fc":  # [PARSER] 8.x: the 1x1 convolution's output shuffled back to the GEMM's shape
-            self._fc_format_copy(group)
-            self._add(Layer(f"reshape_after_{group.anchor}", "NoOp", [], precision=self._precision(group)), [])
+            if not quantized:
+                self._fc_format_copy(group)
+            self._add(Layer(f"reshape_after_{group.anchor}", "NoOp", [], precision=self._precision(quantized)), [])
 
     def _fc_format_copy(self, group: Group) -> None:
         """[`fc-format-copy`] A float fully connected layer on what convolutions or pooling computed writes their
         vectorized format; the shuffle after it reads linear memory: a copy between them."""
-        if group.int8_in or group.anchor in self.built.quantization.int8:
-            return
         gemm = self.g.by_name[group.anchor]
         source = self._producing_layer(self.g.computed(gemm)[0]) if self.g.computed(gemm) else None
         if source is None or source.type not in ("CaskConvolution", "CaskPooling"):
@@ -103,16 +102,14 @@ class Assembly:
         self._add(Layer(name, "NoOp", [], origin="REFORMAT", precision=self.target.float_precision), [])
         self.reasons.append(Reason("copy", "fc-format-copy", group.anchor, layer=name))
 
-    def _precision(self, group: Group) -> str:
-        quantized = group.int8_in or group.anchor in self.built.quantization.int8
+    def _precision(self, quantized: bool) -> str:
         return (self.target.quantized or "INT8") if quantized else self.target.float_precision
 
     def _kernel(self, kernel: Group, region: int, number: int) -> None:
         g = self.g
         weights = [n for n, f in self.built.quantization.fates.items() if f.kind == "weight" and f.into in kernel.nodes]
         nodes = sorted(set(kernel.nodes + weights), key=g.position.__getitem__) + [n for n in kernel.extra if n not in kernel.nodes]
-        quantized = any(g.by_name[n].op_type == "DequantizeLinear" for n in kernel.nodes)
-        precision = (self.target.quantized or "INT8") if quantized else self.target.float_precision
+        precision = self._precision(any(g.by_name[n].op_type == "DequantizeLinear" for n in kernel.nodes))
         if kernel.kind == "myelin":  # 8.x: the region is one layer
             name = f"{{ForeignNode[{kernel.nodes[0]}...{kernel.nodes[-1]}]}}"
             layer = Layer(name, "Myelin", nodes, precision=precision, myelin_graph=region, foreign_range=(kernel.nodes[0], kernel.nodes[-1]))

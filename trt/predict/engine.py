@@ -51,15 +51,10 @@ def build(g: PredictGraph, rules: PlacementRules, trt_major: int, max_sequence: 
     return built
 
 
-def _root(quantization: Quantization, name: str):
-    fate = quantization.fates[name]
-    return quantization.fates[fate.into] if fate.kind == "merged" else fate
-
-
 def _absorb(g: PredictGraph, quantization: Quantization, owner: dict[str, Group]) -> None:
     """Q/DQ absorbed into (and weights' Q/DQ read by) a standard layer join its nodes."""
     for name in list(quantization.fates):
-        root = _root(quantization, name)
+        root = quantization.root(name)
         group = owner.get(root.into) if root.kind in ("absorbed", "weight") and root.into else None
         if group is not None:
             group.nodes.append(name)
@@ -120,7 +115,7 @@ def _leftovers(g: PredictGraph, outside: list[list[str]], quantization: Quantiza
         for name in group.nodes:
             owner[name] = group
     for name in list(fates):  # a Q/DQ absorbed by one of these layers
-        root = _root(quantization, name)
+        root = quantization.root(name)
         if root.kind == "absorbed" and root.into in owner and name not in owner and owner[root.into] in groups:
             owner[root.into].nodes.append(name)
     return groups

@@ -177,18 +177,15 @@ class Kernels:
         a chain of them (a KV cache's Concat, then its Transpose) settles in a few passes."""
         for _ in range(4):
             left = [n for n in nodes if n.name not in self.of and n.op_type in PASS_THROUGH]
-            self._place(left)
+            for node in left:
+                producer = self.g.producer(node.input[0]) if node.input else None
+                readers = [r for t in node.output for r in self.g.consumers(t) if r.name in self.of]
+                home = self.of.get(producer.name) if producer is not None and node.op_type != "DequantizeLinear" else None
+                home = home or (self.of[readers[0].name] if readers else None) or (self.of.get(producer.name) if producer is not None else None)
+                if home is not None:
+                    self._add(home, node.name)
             if all(n.name in self.of for n in left):
                 return
-
-    def _place(self, nodes: list[Node]) -> None:
-        for node in nodes:
-            producer = self.g.producer(node.input[0]) if node.input else None
-            readers = [r for t in node.output for r in self.g.consumers(t) if r.name in self.of]
-            home = self.of.get(producer.name) if producer is not None and node.op_type != "DequantizeLinear" else None
-            home = home or (self.of[readers[0].name] if readers else None) or (self.of.get(producer.name) if producer is not None else None)
-            if home is not None:
-                self._add(home, node.name)
 
     # ------------------------------------------------------------ helpers
 

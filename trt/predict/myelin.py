@@ -21,15 +21,10 @@ def candidates(g: PredictGraph, owner: dict[str, Group], trt_major: int, attenti
 
 def members(g: PredictGraph, possible: set[str], quantization: Quantization) -> set[str]:
     """The candidates left once the Q/DQ that run standalone, or go into a standard layer, are taken out."""
-    fates = quantization.fates
     kept = set()
     for name in possible:
-        fate = fates.get(name)
-        if fate is None:
-            kept.add(name)
-            continue
-        root = fates[fate.into] if fate.kind == "merged" else fate
-        if root.kind == "absorbed" and root.into in possible:
+        root = quantization.root(name) if name in quantization.fates else None
+        if root is None or (root.kind == "absorbed" and root.into in possible):
             kept.add(name)
     return kept
 

@@ -32,6 +32,11 @@ class Quantization:
     int8: set[str] = field(default_factory=set)  # compute nodes that run quantized (pooling moved between a DQ and a Q)
     reasons: list[Reason] = field(default_factory=list)
 
+    def root(self, name: str) -> Fate:
+        """The fate of `name`, or of the Q/DQ it merged with."""
+        fate = self.fates[name]
+        return self.fates[fate.into] if fate.kind == "merged" else fate
+
 
 class Placement:
     """The fates of a graph's Q/DQ nodes, given the standard layers (`owner`) and the Myelin candidates."""

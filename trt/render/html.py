@@ -121,18 +121,12 @@ def _label(name: str, counted: str, strip: dict[str, Any], plan: EnginePlan) -> 
 
 def _fill_gaps(regions: list[int | None]) -> list[int | None]:
     """None runs with the same region on both sides take that region."""
-    shown = list(regions)
-    i = 0
-    while i < len(shown):
-        if shown[i] is not None:
-            i += 1
-            continue
-        j = i
-        while j < len(shown) and shown[j] is None:
-            j += 1
-        if 0 < i and j < len(shown) and shown[i - 1] == shown[j]:
-            shown[i:j] = [shown[j]] * (j - i)
-        i = j
+    runs = [(region, len(list(run))) for region, run in groupby(regions)]
+    shown = []
+    for i, (region, size) in enumerate(runs):
+        if region is None and 0 < i < len(runs) - 1 and runs[i - 1][0] == runs[i + 1][0]:
+            region = runs[i - 1][0]
+        shown += [region] * size
     return shown
 
 
