@@ -1,11 +1,6 @@
-"""Build a TensorRT engine with TensorRT's Python API (10.x and 11.x): the `python` builder.
-
-`import tensorrt` happens only inside these functions. The network is strongly typed (precision
-comes from the ONNX: AutoCast FP16, Q/DQ INT8); the builder config takes the profile's settings,
-optimization profile and the timing cache; everything the builder logs goes to the per-precision
-build log. After the build both builders (this one and trt/build_polygraphy.py) save the engine,
-the timing cache and the engine's layer information (inspector JSON) with `save_engine`.
-"""
+"""Build a TensorRT engine with TensorRT's Python API (10.x and 11.x): the `python` builder. The network is
+strongly typed (precision comes from the ONNX: AutoCast FP16, Q/DQ INT8); `import tensorrt` happens only inside
+these functions. Both this builder and trt/build_polygraphy.py save their results with `save_engine`."""
 
 from __future__ import annotations
 
@@ -57,19 +52,15 @@ def capture_logger(trt, severity: str, lines: list[str]):
 
 
 def network_flags(trt, weak_fp16: bool) -> int:
-    """Strongly typed unless the legacy weak FP16 build (10.x) was asked for.
-
-    STRONGLY_TYPED is renumbered in 11.x (and ignored there): always shift the enum, never a literal.
-    """
+    """Strongly typed unless the legacy weak FP16 build (10.x) was asked for. STRONGLY_TYPED is renumbered
+    in 11.x (and ignored there): always shift the enum, never a literal."""
     return 0 if weak_fp16 else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
 def use_timing_cache(trt, config, cached: bytes, source: Path, log: list[str]) -> str:
-    """Give `config` the timing cache read from `source`: "reused", "new" (no cache yet) or "rejected".
-
-    TensorRT rejects a cache written by another TensorRT version or GPU (set_timing_cache returns
-    False); the build then starts from an empty cache, which replaces the rejected file afterwards.
-    """
+    """Give `config` the timing cache read from `source`: "reused", "new" (no cache yet) or "rejected". TensorRT
+    rejects a cache of another TensorRT version or GPU (set_timing_cache returns False): the build then starts
+    from an empty cache, which replaces the rejected file."""
     if cached:
         if config.set_timing_cache(config.create_timing_cache(cached), False):
             return "reused"

@@ -1,12 +1,6 @@
-"""Build a TensorRT engine through Polygraphy: the `polygraphy` builder (`[build] builder = "polygraphy"`).
-
-network_from_onnx_path(strongly_typed=True) + CreateConfig + engine_bytes_from_network, loaders
-NVIDIA keeps working across TensorRT versions. Two settings are ours to get right: CreateConfig
-turns TF32 off unless asked (tf32=True keeps TensorRT's default, as the python builder does), and
-it ignores what set_timing_cache returns, so the timing cache is applied again, checked, by
-`use_timing_cache` in a PostprocessConfig. Polygraphy's log, TensorRT's messages included, is the
-build log; engine, timing cache and layer information are saved as the python builder saves them.
-"""
+"""Build a TensorRT engine through Polygraphy's loaders: the `polygraphy` builder. CreateConfig turns TF32 off
+unless asked (tf32=True keeps TensorRT's default, as the python builder does) and ignores what set_timing_cache
+returns, so the cache is applied again, checked, by `use_timing_cache` in a PostprocessConfig."""
 
 from __future__ import annotations
 

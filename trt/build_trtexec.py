@@ -1,9 +1,5 @@
-"""Build a TensorRT engine with the trtexec command: the `trtexec` builder (`[build] builder = "trtexec"`).
-
-The command line comes from trt/versions.py (what differs between 10.x and 11.x is data there);
-trtexec writes the engine, the layer information, the per-layer profile and the timing cache itself,
-and everything it prints is the build log.
-"""
+"""Build a TensorRT engine with the trtexec command: the `trtexec` builder. The command line comes from
+trt/versions.py; everything trtexec prints is the build log."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""One builder interface, three implementations: TensorRT's Python API, Polygraphy's loaders, trtexec.
-
-A builder is a function `(onnx, paths, shapes, settings) -> metrics` that writes the engine, its
-layer information, its build log and the shared timing cache (trt/build.py's `BuildPaths`); the
-trtexec builder also writes the per-layer profile, which `build_and_profile` otherwise records by
-running the engine (trt/run.py). Version-specific parts are data in trt/versions.py.
-"""
+"""One builder interface, three implementations (TensorRT's Python API, Polygraphy's loaders, trtexec): a
+function `(onnx, paths, shapes, settings) -> metrics` writing what trt/build.py's `BuildPaths` names."""
 
 from __future__ import annotations
 

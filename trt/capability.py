@@ -29,13 +29,9 @@ def profile_argument(profile) -> str | Path:
 
 
 def docker_command(arguments: list[str | Path], also_mount: list[Path] = ()) -> str:
-    """The shell command that runs `python -m pipeline ARGUMENTS` in our image on a machine with a GPU.
-
-    It is meant to be run from the current folder, which is mounted at the same path and is the
-    container's working directory: paths under it stay relative. Paths elsewhere are given absolute
-    and their folders (or themselves, for folders) are mounted at the same path, as are `also_mount`'s
-    (e.g. the ONNX file a profile names).
-    """
+    """The shell command that runs `python -m pipeline ARGUMENTS` in our image on a machine with a GPU, from the
+    current folder (mounted at the same path: paths under it stay relative); folders of paths elsewhere, and
+    `also_mount`'s, are mounted at their own path."""
     here = Path.cwd().resolve()
     mounts: list[Path] = []
     rendered = []

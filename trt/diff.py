@@ -1,9 +1,6 @@
-"""Diff two engines of one model (typically FP16 vs INT8) region by region: the regions of A that B
-cuts into several pieces (splits) and the reverse (merges), per-region precision changes, totals and
-per-module deltas, then the verdict and findings in words. How regions are matched is in
-trt/diff_regions.py; the result is the typed `Diff` of trt/views.py. The diff is symmetric:
-diff(A, B).splits == diff(B, A).merges.
-"""
+"""Diff two engines of one model (typically FP16 vs INT8) region by region (matched in trt/diff_regions.py):
+splits, merges, precision changes, totals and per-module deltas, then the verdict and findings in words.
+The diff is symmetric: diff(A, B).splits == diff(B, A).merges."""
 
 from __future__ import annotations
 

@@ -1,17 +1,7 @@
-"""Where the compute regions of one engine run in another's (trt/diff.py's comparison).
-
-A region is a Myelin graph or a standalone layer (trt.plan.Region). Each ONNX node maps to the SET
-of regions holding it. For every compute region of A, the compute regions of B its nodes land in:
-one B region holding all of them means the region survived (alone, or merged with others in B); two
-or more mean B splits it, and the cuts are found with the Q/DQ pairs sitting on them (from B's
-ONNX when given, else the Q/DQ names in B's layers). Q/DQ nodes, nodes TensorRT made up, and nodes
-one engine folded away (present in only one of them) never make a split. The same function run with
-A and B swapped gives the merges.
-
-Names-only TensorRT 8.x regions (`{ForeignNode[first...last]}`) without an ONNX file are placed by
-their ends in B's layer order (marked approximate). When the engines name their nodes differently
-(separate exports), compute regions are aligned by order and kind instead.
-"""
+"""Where the compute regions of one engine run in another's: the B regions holding an A region's ONNX nodes
+(one: it survived, or was merged; several: B splits it, cut at the Q/DQ pairs found there). Q/DQ nodes and nodes
+only one engine names never make a split. Names-only 8.x ForeignNode ranges are placed by their ends (approximate);
+engines whose node names differ are aligned by order and kind instead."""
 
 from __future__ import annotations
 
@@ -137,11 +127,8 @@ def splits(side_a: Side, side_b: Side, common: set[str]) -> list[Split]:
 
 
 def _cuts(nodes: set[str], kept: list[int], hits: dict[int, set[str]], side_b: Side) -> tuple[list[Cut], str]:
-    """Edges between nodes of the split group that B runs in different regions, each with the Q/DQ pair on it.
-
-    With B's ONNX: follow each node's outputs, directly or through QuantizeLinear -> DequantizeLinear,
-    to a consumer in the group. Without it: the Q/DQ nodes named in the B regions' layers.
-    """
+    """Edges between nodes of the split group that B runs in different regions, each with the Q/DQ pair on it:
+    from B's ONNX (outputs followed, directly or through Q -> DQ), else the Q/DQ nodes B's layers name."""
     home = {}
     for index in kept:
         for name in hits[index]:

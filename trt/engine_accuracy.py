@@ -1,9 +1,6 @@
-"""Does the engine compute what the model computes? Polygraphy's Comparator runs the TensorRT engine
-(TrtRunner) and the FP32 ONNX model (onnxruntime, CPU) on the same held-out inputs.
-
-The figures of a Q/DQ model on onnxruntime's CPU provider are not the engine's: TensorRT fuses,
-picks kernels and runs the float parts in the precision the model gives. This is the engine's own.
-"""
+"""Does the engine compute what the model computes? Polygraphy's Comparator runs the engine and the FP32 ONNX
+(onnxruntime, CPU) on the same held-out inputs: a Q/DQ model on onnxruntime is not the engine, which fuses,
+picks kernels and runs the float parts in the model's precision."""
 
 from __future__ import annotations
 

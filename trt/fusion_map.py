@@ -1,9 +1,5 @@
-"""The data behind the HTML fusion map: ONNX nodes in order, each with the engine region it runs in.
-
-The order is the ONNX graph's topological order when the model is given (constants and shape
-computations TensorRT folds are left out), else the order nodes first appear in the engine's layers.
-Q/DQ nodes are not cells: they are markers at the position they sit in that order.
-"""
+"""The data behind the HTML fusion map: ONNX nodes in order (the graph's without what TensorRT folds, else
+as the layers name them), each with the engine region it runs in; Q/DQ nodes are markers, not cells."""
 
 from __future__ import annotations
 

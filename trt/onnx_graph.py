@@ -1,9 +1,5 @@
-"""What the report needs from an ONNX file: node names, order, types, edges and module scopes.
-
-Weights are never loaded (external data stays on disk). Module scopes come from the
-dynamo exporter's `pkg.torch.onnx.name_scopes` metadata, else from TorchScript-style names
-(`/encoder/layers.3/mha/attn/MatMul` -> encoder / layers.3 / mha / attn).
-"""
+"""What the report needs from an ONNX file: node names, order, types, edges and module scopes (from
+pipeline/core/scopes.py); weights are never loaded."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""One typed model of an engine's layers, whatever TensorRT file it came from, and its regions.
-
-A region is what runs as one unit: a Myelin graph (all kernels `..._myl<g>_<k>` of one
-optimization profile, or one TensorRT 8.x `Myelin` `{ForeignNode[...]}` layer) or a standalone layer.
-"""
+"""One typed model of an engine's layers, whatever TensorRT file it came from, and its regions: what runs as one
+unit, a Myelin graph (its kernels `..._myl<g>_<k>` in one profile, or an 8.x `{ForeignNode[...]}`) or a layer."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""The fusion report: which ONNX nodes run in which engine layer and region (Myelin graphs in
-particular), rolled up to the torch modules they came from, with a one-sentence verdict and findings
-a user can act on.
-
-`build_report(plan, graph)` returns the typed report (trt/views.py); its `to_json()` has the keys DESIGN.md
-fixes (`source`, `layers`, `summary`) and `verdict`, `regions`, `breakdown`, `coverage`, `modules`, `findings`.
-"""
+"""The fusion report (`build_report`, typed in trt/views.py): which ONNX nodes run in which engine layer and
+region (Myelin graphs in particular), rolled up to the torch modules they came from, with a one-sentence
+verdict and findings a user can act on."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from functools import cache
 from typing import Any
 
 from pipeline.core.graph import DATA_MOVEMENT_OPS, QDQ_OPS

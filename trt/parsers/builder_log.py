@@ -1,11 +1,6 @@
-"""Text logs holding layer listings: verbose builder logs, `trtexec --dumpLayerInfo`, printed ONELINE output.
-
-A listing is a run of consecutive layer lines, either one-line records (`Name: ..., LayerType: ...`,
-see oneline.py) or the builder's names-only lines
-`Layer(Type): name, Tactic: value, in (Half[1,40]) -> out (Float[1])`, whose tensors TensorRT 8.2
-wrote as `in[Half(1,40)]`. A log can hold several listings (several builds, or `trtexec --verbose
---dumpLayerInfo`, which prints the engine twice): they are listed and one is read, the last by default.
-"""
+"""Text logs holding layer listings (runs of one-line records, see oneline.py, or names-only lines
+`Layer(Type): name, Tactic: value, in (Half[1,40]) -> out (Float[1])`, 8.2: `in[Half(1,40)]`). A log may hold
+several (several builds; `trtexec --verbose --dumpLayerInfo` prints the engine twice): the last is read by default."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What every layer-information parser shares: reading the file, the parse error, ONNX node names
-from Metadata or from layer names, and the checks done once the layers are read.
-
-Everything here runs in time linear in its input: no regex with unbounded backtracking, no
-recursion over input structure.
-"""
+"""What every layer-information parser shares: reading the file, the parse error, ONNX node names from Metadata
+or layer names, the checks once the layers are read. All linear in the input: no unbounded backtracking or recursion."""
 
 from __future__ import annotations
 
@@ -85,10 +81,8 @@ _ENTRY_TAIL = "\x1e\x1f \t\r\n"
 
 
 def nodes_from_metadata(metadata: str) -> list[str]:
-    """`[ONNX Layer: a]\\x1e[ONNX Layer: b]` (or joined by \\x1f, or by nothing) -> [a, b].
-
-    Split on the entry marker, so names holding `]` or `[` stay whole.
-    """
+    """`[ONNX Layer: a]\\x1e[ONNX Layer: b]` (or joined by \\x1f, or by nothing) -> [a, b]; split on the entry
+    marker, so names holding `]` or `[` stay whole."""
     return unique(piece.rstrip(_ENTRY_TAIL).removesuffix("]") for piece in metadata.split(_ONNX_ENTRY)[1:])
 
 

@@ -1,14 +1,5 @@
-"""Per-layer JSON objects joined by separator lines: what a script printing
-`inspector.get_layer_information(i, LayerInformationFormat.JSON)` for every layer writes, e.g.
-
-    --- Layer 0 ---
-    { "Name" : "node_conv2d + node_relu", "LayerType" : "CaskConvolution", ... }
-    --- Layer 1 ---
-    ...
-
-Each object starts on a line whose first non-blank character is `{`; other lines between objects are
-separators. Objects are decoded one after another with one JSON reader, so the cost is linear.
-"""
+"""Per-layer JSON objects (`inspector.get_layer_information(i, JSON)` for every layer), each starting on a line
+whose first non-blank character is `{`, between separator lines such as `--- Layer 0 ---`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""One-line layer information: one `Name: ..., LayerType: ..., Inputs: [...], ..., Metadata: ...` line per layer.
-
-`IEngineInspector.get_engine_information(ONELINE)`, `trtexec --dumpLayerInfo` and the verbose builder
-log of a detailed build all print it (the log readers in builder_log.py find these lines and their
-builds). Fields are found by their keys with str.find, so a line costs time linear in its length
-whatever it holds; names may contain commas, brackets and braces.
-"""
+"""One-line layer information (`Name: ..., LayerType: ..., Inputs: [...], ..., Metadata: ...`), as ONELINE,
+`trtexec --dumpLayerInfo` and detailed builder logs print it. Fields are found by key with str.find: linear
+whatever a line holds, and names may contain commas, brackets and braces."""
 
 from __future__ import annotations
 

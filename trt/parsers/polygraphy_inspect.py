@@ -1,16 +1,6 @@
-"""`polygraphy inspect model X.engine --show layers [attrs ...]` output.
-
-    ---- 10 Layer(s) ----
-    Layer 0    | node_conv2d + node_relu [Op: CaskConvolution]
-        {x [dtype=float32, shape=(-1, 1, 28, 28), Format: Float]}
-         -> {relu [dtype=float32, shape=(-1, 32, 28, 28), Format: Float]}
-        ---- Attributes ----
-        Origin = Unknown
-        Tactic = 0x5b8bf1b8028629d9
-
-Polygraphy prints no `[ONNX Layer]` Metadata (up to 0.49), so ONNX nodes come from layer names;
-a `Metadata = ...` attribute is used when present.
-"""
+"""`polygraphy inspect model X.engine --show layers [attrs ...]` output: `Layer 0 | name [Op: type]`, its tensors
+`{x [dtype=float32, shape=(...)]} -> {...}`, then `---- Attributes ----` lines. Polygraphy prints no Metadata
+(up to 0.49), so ONNX nodes come from layer names unless a `Metadata = ...` attribute is there."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Per-layer times from `trtexec --exportProfile`: `[{"count": N}, {"name", "timeMs", "averageMs",
-"medianMs", "percentage"}, ...]`.
-
-trtexec writes names without JSON escaping, so a name holding a quote or a backslash makes the file
-invalid JSON; such files are read record by record, one `{ "name" : ... }` per line, with the name
-taken verbatim between `"name" : "` and the `", "timeMs"` that follows it.
-"""
+"""Per-layer times from `trtexec --exportProfile`. trtexec writes names without JSON escaping, so a name holding
+a quote or a backslash makes the file invalid JSON: such a file is read one `{ "name" : ... }` record per line."""
 
 from __future__ import annotations
 

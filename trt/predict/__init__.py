@@ -1,12 +1,6 @@
-"""The engine TensorRT will build from an ONNX model, predicted without TensorRT or a GPU.
-
-The prediction is the plan a real engine is read into (trt/plan.py) and the report of it (trt/views.py
-`Report`), so `report`, `diff` and the HTML fusion map show it as they show a real engine; its JSON is the
-report's with `predicted: true`, the `target` and the `reasons`. The rules it applies are data: the Q/DQ
-rules it shares with the lint (pipeline/core/qdq.py) and the fusion and Myelin rules (trt/predict/rules.py),
-each naming the TensorRT behaviour and its source. `trt/predict/score.py` scores a prediction against a real
-engine; bench/predict_score.py does so on the fusion corpus.
-"""
+"""The engine TensorRT will build from an ONNX model, predicted without TensorRT or a GPU, as the plan and report
+a real engine is read into (so `report`, `diff` and the fusion map show it alike). Its rules are data: the lint's
+Q/DQ rules (pipeline/core/qdq.py) and the fusion and Myelin rules (trt/predict/rules.py), each citing its source."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The predicted engine as the plan a real engine is read into (trt/plan.py): layers named and typed as
-TensorRT names them, in graph order, with the layers TensorRT adds (I/O reformats, 8.x's shuffle after a
-fully connected layer and the format copy before it, the cast of INT64 indices), and the reasons for every standalone Q/DQ layer, every
-layer left in float and every Myelin region boundary."""
+"""The predicted engine as the plan a real engine is read into (trt/plan.py): layers named and typed as TensorRT
+names them, with the layers TensorRT adds, and the reasons for every standalone Q/DQ layer, layer left in float
+and Myelin region boundary."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""How well a prediction matches the engine TensorRT really built from the same ONNX: total layers, layers
-that are not format copies, standalone Q/DQ layers, Myelin regions, and the grouping of compute nodes into
-layers as pair F1 (every pair of compute nodes the real engine names: in one layer in both, or not).
-
-A real engine names its nodes in Metadata (exact), in fused layer names (`Conv_5 + Add_6 + Relu_7`) or by the
-weights it keeps (`layer1.0.conv1.weight + QuantizeLinear_20 + Conv_22`: the node reading the weight).
-"""
+"""How well a prediction matches the engine TensorRT really built from the same ONNX: layer, Q/DQ and Myelin
+region counts, and the grouping of compute nodes into layers as pair F1. A real engine may name a node only by
+the weight it reads (`layer1.0.conv1.weight + QuantizeLinear_20 + Conv_22`)."""
 
 from __future__ import annotations
 

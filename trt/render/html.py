@@ -1,11 +1,9 @@
-"""One self-contained HTML page (inline CSS, inline SVG, no external URL): the verdict, the fusion map
-(ONNX nodes in order as a strip coloured by the engine region each runs in, Q/DQ marked; A above B
-for a diff), the findings, per-module bars, then the tables with expandable node lists.
-Every model-supplied string goes through jinja2's autoescape.
-"""
+"""One self-contained HTML page (inline CSS and SVG): the verdict, the fusion map (ONNX nodes in order, coloured
+by the engine region each runs in), findings, module bars and tables. Model strings go through jinja2's autoescape."""
 
 from __future__ import annotations
 
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 

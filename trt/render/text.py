@@ -1,7 +1,5 @@
-"""Text output: the verdict first, wrapping tables for the short summaries, compact fixed-width tables for
-the long lists (both dashed under their header) (the first MAX_ROWS rows, then a count; `all_rows` for every row). Rendering cost is
-linear in the rows shown, so a 40,000-layer engine prints as fast as its summary.
-"""
+"""Text output: the verdict first, wrapping tables for the short summaries, compact fixed-width tables for the
+long lists (the first MAX_ROWS rows unless `all_rows`): a 40,000-layer engine prints as fast as its summary."""
 
 from __future__ import annotations
 
