@@ -15,16 +15,6 @@ BACKENDS = ("trt", "ort-cuda", "ort-cpu")
 ORT_GRAPH_OPTIMIZATION = "basic"
 
 
-def _session_options(ort):
-    """onnxruntime as the build's own checks run it (basic graph optimizations): its extended fusions crash on
-    some FP16 models (a segfault in 1.24.4) and have no FP8 kernel (MatMulIntegerToFloat), so bench refused or
-    crashed on models the build had just run."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    return options
-
-
 def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: int, iterations: int, on_step) -> list[float]:
     import onnxruntime as ort
 
@@ -33,7 +23,11 @@ def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: 
     from pipeline.core.onnxfile import load_onnx
 
     load_onnx(path, hint="pass an ONNX model, or a build's output folder")
-    options = _session_options(ort)
+    # onnxruntime as the build's own checks run it (basic graph optimizations): its extended fusions crash on some
+    # FP16 models (a segfault in 1.24.4) and have no FP8 kernel (MatMulIntegerToFloat)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         session = ort.InferenceSession(str(path), options, providers=[provider])
     except Exception as err:  # onnxruntime raises its own untyped errors

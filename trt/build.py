@@ -51,12 +51,6 @@ def capture_logger(trt, severity: str, lines: list[str]):
     return CaptureLogger()
 
 
-def network_flags(trt, weak_fp16: bool) -> int:
-    """Strongly typed unless the legacy weak FP16 build (10.x) was asked for. STRONGLY_TYPED is renumbered
-    in 11.x (and ignored there): always shift the enum, never a literal."""
-    return 0 if weak_fp16 else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-
-
 def use_timing_cache(trt, config, cached: bytes, source: Path, log: list[str]) -> str:
     """Give `config` the timing cache read from `source`: "reused", "new" (no cache yet) or "rejected". TensorRT
     rejects a cache of another TensorRT version or GPU (set_timing_cache returns False): the build then starts
@@ -76,7 +70,9 @@ def configure(trt, logger, onnx: Path, shapes: Shapes, settings: BuildSettings, 
     if settings.weak_fp16:
         check_weak_fp16(for_version(trt.__version__))
     builder = trt.Builder(logger)
-    network = builder.create_network(network_flags(trt, settings.weak_fp16))
+    # strongly typed unless the legacy weak FP16 build (10.x) was asked for; STRONGLY_TYPED is renumbered in 11.x
+    # (and ignored there): always shift the enum, never a literal
+    network = builder.create_network(0 if settings.weak_fp16 else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse_from_file(str(onnx)):
         errors = [_parser_error(parser.get_error(i)) for i in range(parser.num_errors)]
@@ -122,13 +118,8 @@ def save_engine(trt, logger, engine: bytes, timing_cache: bytes, paths: BuildPat
     deserialized = trt.Runtime(logger).deserialize_cuda_engine(engine)
     if deserialized is None:
         raise StageFailed(f"{paths.engine}: TensorRT cannot deserialize the engine it just built; see {paths.build_log}")
-    return write_layer_information(trt, deserialized, paths.layers_json)
-
-
-def write_layer_information(trt, engine, layers_json: Path) -> int:
-    """The whole engine's inspector JSON (what trtexec --exportLayerInfo writes); return its layer count."""
-    info = engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
-    write_text(layers_json, info)
+    info = deserialized.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON)
+    write_text(paths.layers_json, info)  # what trtexec --exportLayerInfo writes
     return len(json.loads(info).get("Layers", []))
 
 

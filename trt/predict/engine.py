@@ -12,7 +12,7 @@ from trt.predict import kernels, layers, myelin
 from trt.predict.graph import PredictGraph
 from trt.predict.parts import Group
 from trt.predict.quantize import Placement, Quantization
-from trt.predict.rules import GEMM_OPS, INDEX_OPS, MOVE_OPS, NORMALIZATION_OPS, POINTWISE_OPS, REDUCE_OPS, SOFTMAX_OPS
+from trt.predict.rules import GEMM_OPS, INDEX_OPS, MOVE_OPS, MYELIN_ANCHORS, NORMALIZATION_OPS, POINTWISE_OPS, REDUCE_OPS, SOFTMAX_OPS
 
 
 @dataclass
@@ -33,7 +33,9 @@ def build(g: PredictGraph, rules: PlacementRules, trt_major: int, max_sequence: 
     _absorb(g, quantization, owner)
     standard = _conv_pool(g, standard, owner, quantization)
     inside = myelin.members(g, possible, quantization)
-    myelin_nodes = {name for component in myelin.components(g, inside) if myelin.anchored(g, component) for name in component}
+    # Myelin takes the groups holding a GEMM, a normalization, a softmax or a reduction
+    anchored = [c for c in myelin.components(g, inside) if any(g.by_name[n].op_type in MYELIN_ANCHORS for n in c)]
+    myelin_nodes = {name for component in anchored for name in component}
     rest = {n.name for n in g.nodes if n.name not in owner and n.name not in myelin_nodes and n.name not in g.folded}
     groups = standard + _qdq_layers(g, quantization) + _leftovers(g, myelin.components(g, rest), quantization, owner)
     layer_nodes = {name for group in groups for name in group.nodes}
@@ -82,10 +84,7 @@ def _conv_pool(g: PredictGraph, standard: list[Group], owner: dict[str, Group], 
 
 def _qdq_layers(g: PredictGraph, quantization: Quantization) -> list[Group]:
     """A Reformat layer for each standalone Q/DQ, holding the Q/DQ merged with it."""
-    found = {}
-    for name, fate in quantization.fates.items():
-        if fate.kind == "standalone":
-            found.setdefault(name, Group("qdq", [], name))
+    found = {name: Group("qdq", [], name) for name, fate in quantization.fates.items() if fate.kind == "standalone"}
     for name, fate in quantization.fates.items():
         if fate.kind == "merged" and fate.into in found:
             found[fate.into].nodes.append(name)

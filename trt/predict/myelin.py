@@ -7,7 +7,6 @@ from __future__ import annotations
 from trt.predict.graph import PredictGraph
 from trt.predict.parts import Group
 from trt.predict.quantize import Quantization
-from trt.predict.rules import MYELIN_ANCHORS
 
 
 def candidates(g: PredictGraph, owner: dict[str, Group], trt_major: int, attention: bool) -> set[str]:
@@ -51,11 +50,6 @@ def components(g: PredictGraph, nodes: set[str]) -> list[list[str]]:
         if node.name in nodes:
             groups.setdefault(find(node.name), []).append(node.name)
     return list(groups.values())
-
-
-def anchored(g: PredictGraph, group: list[str]) -> bool:
-    """A group Myelin takes: one holding a GEMM, a normalization, a softmax or a reduction."""
-    return any(g.by_name[name].op_type in MYELIN_ANCHORS for name in group)
 
 
 def convex_regions(g: PredictGraph, inside: set[str], layers: set[str]) -> list[list[str]]:

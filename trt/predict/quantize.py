@@ -114,7 +114,7 @@ class Placement:
         if self._dq_before(anchor.input[0]) is None:
             return Fate("standalone", rule="q-after-float-op", cause=group.anchor)
         if group.residual is not None and self._dq_before(group.residual) is None:
-            add = next(n for n in group.nodes if residual_add(self.g, n, group))
+            add = next(n for n in group.nodes if self.g.by_name[n].op_type == "Add" and group.residual in self.g.by_name[n].input)
             return Fate("standalone", rule="residual-skip-not-quantized", cause=add)
         group.int8_out = True
         return Fate("absorbed", into=group.anchor)
@@ -245,12 +245,6 @@ class Placement:
         if node.op_type == "DequantizeLinear" and g.initializer_type(node.input[0]) in INT4_TYPES:
             found += [Reason("float", "int4-not-gemm", r.name, layer=r.name) for r in g.consumers(node.output[0]) if r.op_type not in INT4_READERS]
         return found
-
-
-def residual_add(g: PredictGraph, name: str, group: Group) -> bool:
-    """`name` is the Add of `group` that reads its residual."""
-    node = g.by_name[name]
-    return node.op_type == "Add" and group.residual in node.input
 
 
 def _value(g: PredictGraph, tensor: str):
