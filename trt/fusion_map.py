@@ -62,10 +62,9 @@ def report_map(plan: EnginePlan, graph: OnnxGraph | None) -> dict[str, Any]:
 
 def diff_map(plan_a: EnginePlan, plan_b: EnginePlan, graph_a: OnnxGraph | None, graph_b: OnnxGraph | None, joined: bool, cut_nodes: dict[str, str],
              placed: tuple[dict[str, int], dict[str, int]]) -> dict[str, Any]:
-    """Both engines over one node order when their node names join (`nodes`), else each over its own
-    (`nodes` for A, `b_nodes` for B). Markers: the Q/DQ pairs at B's cuts (`cut_nodes`: node -> the pair in
-    front of it, found with B's ONNX), else B's standalone Q/DQ layers. `placed` adds, per side, the nodes an
-    approximate (names-only range) split placed in a region."""
+    """Both engines over one node order when their node names join, else each over its own (`b_nodes` for B).
+    Markers: the Q/DQ pairs at B's cuts (`cut_nodes`, from B's ONNX), else B's standalone Q/DQ layers; `placed`:
+    per side, the nodes an approximate split placed in a region."""
     marked = set() if graph_b is not None else standalone_qdq(plan_b)
     if joined:
         order, nodes, markers = node_order([plan_a, plan_b], graph_b or graph_a, marked)

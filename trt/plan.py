@@ -205,10 +205,8 @@ _DTYPE_NEEDLES = (
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """Pause Python's cycle collector while reading a file into many small acyclic objects: on a
-    40,000-layer engine the repeated collections cost more than the parsing (reference counting still
-    frees everything). On success the objects made are frozen (gc.freeze), so the collector never scans
-    them again; after an error nothing is frozen and collection resumes as usual."""
+    """Pause Python's cycle collector while reading a file into many small acyclic objects (on a 40,000-layer
+    engine its collections cost more than the parsing); on success freeze them (gc.freeze) so it never scans them."""
     enabled = gc.isenabled()
     gc.disable()
     try:

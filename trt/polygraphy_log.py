@@ -9,12 +9,8 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def polygraphy_log(lines: list[str], severity: str) -> Iterator[None]:
-    """Collect what Polygraphy logs during the block into `lines`, at or above `severity`.
-
-    Polygraphy's TensorRT logger forwards TensorRT's messages (TensorRT INFO is Polygraphy's
-    VERBOSE, TensorRT VERBOSE its EXTRA_VERBOSE). Polygraphy prints a repeated warning once per
-    process; the record of what was already printed is cleared so that each build log is whole.
-    """
+    """Collect what Polygraphy logs during the block into `lines`, at or above `severity` (TensorRT's INFO is its
+    VERBOSE). Polygraphy prints a repeated warning once per process: that record is cleared, so each log is whole."""
     from polygraphy.logger import G_LOGGER
 
     levels = {"error": G_LOGGER.ERROR, "warning": G_LOGGER.WARNING, "info": G_LOGGER.VERBOSE, "verbose": G_LOGGER.EXTRA_VERBOSE}

@@ -163,10 +163,8 @@ def _coverage(graph: OnnxGraph, referenced: set[str]) -> Coverage:
 
 
 def rollup(plan: EnginePlan, graph: OnnxGraph | None, depth: int) -> list[ModuleRow]:
-    """Per torch module (scope truncated to `depth`): ONNX nodes, engine layers, Myelin kernels, time.
-
-    A layer counts in every module it has nodes of; its time is shared among them by node count.
-    """
+    """Per torch module (scope truncated to `depth`): ONNX nodes, engine layers, Myelin kernels, time. A layer counts
+    in every module it has nodes of; its time is shared among them by node count."""
     rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"onnx_nodes": 0, "layers": 0, "myelin_kernels": 0, "time_ms": None, "precisions": Counter()})
 
     @cache

@@ -16,13 +16,9 @@ from trt.build import capture_logger
 
 
 def device_buffers(trt, engine, context, feeds: dict[str, Any], stream) -> dict[str, Any]:
-    """Device memory for every I/O tensor of an execution context, inputs filled from numpy feeds.
-
-    Inputs are copied on `stream`, the stream the engine then runs on, so every enqueue is ordered
-    after the copies (a copy on the default stream would race a non-blocking inference stream).
-    Outputs are allocated by TensorRT's itemsize, so BF16, FP8, INT4 and FP4 outputs, which have no
-    numpy type (`trt.nptype` raises), get their buffer too; nothing here reads outputs back.
-    """
+    """Device memory for every I/O tensor, inputs filled from numpy feeds on `stream`, the engine's (a copy on the
+    default stream would race a non-blocking inference stream). Outputs are sized by TensorRT's itemsize, so BF16,
+    FP8, INT4 and FP4 outputs, which have no numpy type, get their buffer too."""
     import cupy as cp
     import numpy as np
 
@@ -85,12 +81,9 @@ class _Execution:
 
 
 def profile_engine(engine_path: Path, profile_json: Path, feeds: dict[str, Any], iterations: int = 20, warmup: int = 5) -> int:
-    """Per-layer times of `iterations` runs after `warmup` unprofiled ones, in trtexec's --exportProfile schema.
-
-    Returns the number of layers profiled. TensorRT swallows an exception raised in
-    IProfiler.report_layer_time, so a layer that reported fewer than `iterations` times (or not at
-    all) fails the profile instead of leaving it silently short.
-    """
+    """Per-layer times of `iterations` runs after `warmup` ones, as trtexec --exportProfile writes them; returns the
+    layers profiled. TensorRT swallows an exception raised in IProfiler.report_layer_time, so a layer reported
+    fewer than `iterations` times fails the profile instead of leaving it silently short."""
     run = _Execution(engine_path, feeds, warmup)
     times: dict[str, list[float]] = {}
     run.context.profiler = _layer_times(run.trt, times)

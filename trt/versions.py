@@ -1,11 +1,6 @@
-"""What differs between TensorRT 10.x and 11.x, as data the build code consults.
-
-Sources: NVIDIA's "Migrating from TensorRT 10.x to 11.x" pages (overview, Python API,
-trtexec, IEngineInspector JSON). 11.x is always strongly typed: the weak-typing builder
-flags (FP16, INT8, ...) are gone, STRONGLY_TYPED is accepted but ignored and renumbered
-(so it is always written as 1 << int(flag), never a literal), trtexec's --fp16/--int8/--best
-are errors and --stronglyTyped / --separateProfileRun are no-ops.
-"""
+"""What differs between TensorRT 10.x and 11.x, as data (sources: NVIDIA's "Migrating from TensorRT 10.x to 11.x"
+pages). 11.x is always strongly typed: weak-typing builder flags are gone, STRONGLY_TYPED is ignored and renumbered,
+trtexec's --fp16/--int8/--best are errors and --stronglyTyped / --separateProfileRun no-ops."""
 
 from __future__ import annotations
 

@@ -26,13 +26,9 @@ class Group:
 
 @dataclass
 class Reason:
-    """Why the prediction has a layer it would rather not, or where a Myelin region ends.
+    """Why the prediction has a layer it would rather not, or where a Myelin region ends."""
 
-    kind: "standalone" (a Q/DQ runs as its own layer), "float" (a layer runs in float or without a fusion),
-    "cut" (a Myelin region is cut there), "boundary" (a region ends at a layer that never runs in Myelin), "copy" (TensorRT
-    copies a tensor into another format)."""
-
-    kind: str
+    kind: str  # "standalone" (Q/DQ), "float" (in float or unfused), "cut" or "boundary" (of a Myelin region), "copy" (format)
     rule: str
     node: str  # the ONNX node that caused it
     layer: str | None = None  # the predicted layer it is about

@@ -1,8 +1,6 @@
-"""Where each Q and DQ goes in the engine [EQ]: into the layer that reads the weight, into the GEMM or
-convolution whose input it quantizes, into the producer whose output it quantizes (a Q moving back over
-max pooling and reshapes), into a Myelin kernel, or into a layer of its own: a standalone Q/DQ, with the
-rule and the node that keep it there. The rules that reject a Q/DQ on an edge are the lint's
-(pipeline/core/qdq.py `QdqGraph.rejection`)."""
+"""Where each Q and DQ goes in the engine [EQ]: into the layer reading the weight, the GEMM or convolution it
+feeds, the producer it quantizes (a Q moving back over max pooling and reshapes), a Myelin kernel, or a layer of
+its own with the rule that keeps it there (the lint's rejections, pipeline/core/qdq.py `QdqGraph.rejection`)."""
 
 from __future__ import annotations
 

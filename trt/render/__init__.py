@@ -1,9 +1,5 @@
-"""Render a report or a diff: text (the verdict, then tables), Markdown, JSON, or one self-contained HTML page.
-
-Layer and node names come from untrusted models: text and Markdown neutralize control characters
-(terminal escape sequences never reach the terminal raw), Markdown escapes table syntax, HTML
-autoescapes everything (jinja2).
-"""
+"""Render a report or a diff as text, Markdown, JSON or one self-contained HTML page. Names come from untrusted
+models: text and Markdown neutralize control characters, Markdown escapes table syntax, HTML autoescapes (jinja2)."""
 
 from __future__ import annotations
 
