@@ -17,7 +17,7 @@ from trt.versions import check_weak_fp16, for_version
 def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, settings: BuildSettings) -> dict[str, Any]:
     """Build `onnx` with Polygraphy's loaders; write engine, layer JSON, build log and timing cache (atomically)."""
     import tensorrt as trt
-    from polygraphy.backend.trt import CreateConfig, PostprocessConfig, engine_bytes_from_network, get_trt_logger, network_from_onnx_path
+    from polygraphy.backend.trt import CreateConfig, PostprocessConfig, Profile, engine_bytes_from_network, get_trt_logger, network_from_onnx_path
     from polygraphy.exception import PolygraphyException
 
     if settings.weak_fp16:
@@ -32,10 +32,13 @@ def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, setti
 
     try:
         with polygraphy_log(lines, settings.log_severity):
+            profile = Profile()  # one optimization profile from the profile's min/opt/max shapes
+            for name, (low, opt, high) in shapes.items():
+                profile.add(name, min=low, opt=opt, max=high)
             config = CreateConfig(
                 tf32=True,
                 fp16=settings.weak_fp16,
-                profiles=[_profile(shapes)] if shapes else None,
+                profiles=[profile] if shapes else None,
                 profiling_verbosity=getattr(trt.ProfilingVerbosity, settings.verbosity.upper()),
                 memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_mib << 20},
                 builder_optimization_level=settings.optimization_level,
@@ -51,13 +54,3 @@ def build_engine_polygraphy(onnx: Path, paths: BuildPaths, shapes: Shapes, setti
         write_text(paths.build_log, "\n".join(lines) + "\n")
     return {"builder": "polygraphy", "tensorrt": trt.__version__, "engine_bytes": paths.engine.stat().st_size, "layers": layers,
             "timing_cache": applied["cache"]}
-
-
-def _profile(shapes: Shapes):
-    """One optimization profile from the profile's min/opt/max shapes."""
-    from polygraphy.backend.trt import Profile
-
-    profile = Profile()
-    for name, (low, opt, high) in shapes.items():
-        profile.add(name, min=low, opt=opt, max=high)
-    return profile

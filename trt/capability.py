@@ -34,16 +34,9 @@ def docker_command(arguments: list[str | Path], also_mount: list[Path] = ()) -> 
     `also_mount`'s, are mounted at their own path."""
     here = Path.cwd().resolve()
     mounts: list[Path] = []
-    rendered = []
-    for argument in arguments:
-        if isinstance(argument, Path):
-            path = argument.resolve()
-            rendered.append(_inside(path, here) or str(path))
-            _mount(path, here, mounts)
-        else:
-            rendered.append(argument)
-    for path in also_mount:
+    for path in [a for a in arguments if isinstance(a, Path)] + list(also_mount):
         _mount(path.resolve(), here, mounts)
+    rendered = [(_inside(a.resolve(), here) or str(a.resolve())) if isinstance(a, Path) else a for a in arguments]
     volumes = " ".join(f"-v {shlex.quote(f'{m}:{m}')}" for m in mounts)
     return (f"docker build -t {IMAGE} {shlex.quote(_inside(REPOSITORY, here) or str(REPOSITORY))} && "
             f"docker run --rm --gpus all -v \"$PWD:$PWD\" -w \"$PWD\" {volumes + ' ' if volumes else ''}"

@@ -8,9 +8,9 @@ from collections import Counter
 
 from trt import diff_regions
 from trt.fusion_map import diff_map
-from trt.onnx_graph import OnnxGraph
+from trt.onnx_graph import OnnxGraph, load_onnx_graph
 from trt.plan import EnginePlan, paused_gc
-from trt.report import build_report
+from trt.report import build_report, load_plan
 from trt.views import Diff, ModuleDelta, ModuleRow, Report, SharedNames, Total
 
 MIN_SHARED = 0.5  # below this share of common node names, align regions by order and type instead
@@ -185,13 +185,7 @@ def _why_aligned(share: SharedNames) -> str:
 
 
 def diff_from_files(a, b, onnx_a=None, onnx_b=None, timing_a=None, timing_b=None, depth: int = 2, build_a: int | None = None, build_b: int | None = None) -> Diff:
-    from trt.report import load_plan
-
-    graphs = [None, None]
-    if onnx_a or onnx_b:
-        from trt.onnx_graph import load_onnx_graph
-
-        graphs = [load_onnx_graph(p) if p else None for p in (onnx_a, onnx_b)]
+    graphs = [load_onnx_graph(p) if p else None for p in (onnx_a, onnx_b)]
     with paused_gc():
         plan_a, _ = load_plan(a, timing_a, build=build_a)
         plan_b, _ = load_plan(b, timing_b, build=build_b)

@@ -38,18 +38,14 @@ def node_order(plans: list[EnginePlan], graph: OnnxGraph | None, marked: set[str
                 nodes.append(node.name)
         return "onnx", nodes, markers
     seen = set()
-    for plan in plans:
-        for layer in plan.layers:
-            if layer.profile:
-                continue
-            for name in layer.onnx_nodes:
-                if looks_qdq(name):
-                    if name in marked and name not in seen:
-                        seen.add(name)
-                        markers.append((len(nodes), name))
-                elif name not in seen:
-                    seen.add(name)
-                    nodes.append(name)
+    for name in (n for plan in plans for layer in plan.layers if not layer.profile for n in layer.onnx_nodes):
+        qdq = looks_qdq(name)
+        if name not in seen and (name in marked or not qdq):
+            seen.add(name)
+            if qdq:
+                markers.append((len(nodes), name))
+            else:
+                nodes.append(name)
     return "layers", nodes, markers
 
 

@@ -145,7 +145,7 @@ class EnginePlan:
     def profiles(self) -> int:
         return 1 + max((layer.profile for layer in self.layers), default=0)
 
-    def settle(self) -> None:
+    def settle(self) -> EnginePlan:
         """Per-layer Q/DQ facts, then the regions: one per (profile, Myelin graph), one per
         other layer, in layer order. Called when the layers are read, and again if their nodes change."""
         for layer in self.layers:  # TensorRT 8.x `Origin: QDQ`, or all its ONNX nodes are Q/DQ nodes
@@ -167,6 +167,7 @@ class EnginePlan:
             layer.region = region.index
         for region in self.regions:
             region.settle()
+        return self
 
 
 def looks_qdq(name: str) -> bool:

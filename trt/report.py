@@ -11,7 +11,7 @@ from typing import Any
 from pipeline.core.graph import DATA_MOVEMENT_OPS, QDQ_OPS
 from pipeline.core.scopes import scope_of_name
 from trt.fusion_map import report_map
-from trt.onnx_graph import OnnxGraph
+from trt.onnx_graph import OnnxGraph, load_onnx_graph
 from trt.plan import MAPPING_RANGE, EnginePlan, Region, paused_gc
 from trt.views import Breakdown, Coverage, ModuleRow, Report, Source, Summary
 
@@ -58,10 +58,7 @@ def engine_precision(plan: EnginePlan) -> str:
     if any(layer.precision == "INT8" or layer.qdq for layer in plan.layers):
         return "INT8"
     found = {layer.precision for layer in plan.layers}
-    for precision in ("FP4", "FP8", "FP16", "BF16", "FP32"):
-        if precision in found:
-            return precision
-    return "unknown"
+    return next((precision for precision in ("FP4", "FP8", "FP16", "BF16", "FP32") if precision in found), "unknown")
 
 
 def verdict(plan: EnginePlan) -> str:
@@ -74,11 +71,10 @@ def verdict(plan: EnginePlan) -> str:
     copies = sum(1 for r in regions if not r.compute)
     precision = engine_precision(plan)
     head = f"{precision} engine: " if precision != "unknown" else ""
-    if myelin and not others:
-        if len(myelin) == 1:
-            text = f"the whole network runs as 1 Myelin region{_kernels(myelin[0])}"
-        else:
-            text = f"the network runs as {len(myelin)} Myelin regions{_kernel_list(myelin)} and no other compute layer"
+    if len(myelin) == 1 and not others:
+        text = f"the whole network runs as 1 Myelin region{_kernels(myelin[0])}"
+    elif myelin and not others:
+        text = f"the network runs as {len(myelin)} Myelin regions{_kernel_list(myelin)} and no other compute layer"
     elif myelin:
         text = f"the network runs as {len(myelin)} Myelin region{_s(myelin)}{_kernel_list(myelin)} and {len(others)} other layer{_s(others)}"
     elif others:
@@ -256,11 +252,7 @@ def load_plan(layer_info, timing=None, input_format: str = "auto", build: int | 
 
 def report_from_files(layer_info, onnx=None, timing=None, input_format: str = "auto", depth: int = 2, build: int | None = None) -> Report:
     """Parse a layer-information file (+ optional ONNX model and trtexec profile) into a report."""
-    graph = None
-    if onnx:
-        from trt.onnx_graph import load_onnx_graph
-
-        graph = load_onnx_graph(onnx)
+    graph = load_onnx_graph(onnx) if onnx else None
     with paused_gc():
         plan, unmatched = load_plan(layer_info, timing, input_format, build)
         return build_report(plan, graph, depth, unmatched)

@@ -89,7 +89,7 @@ def layer_from_object(item: Any) -> Layer:
     if type(layer_type) is not str or not layer_type:
         raise BadLayer(".LayerType", f"got {_short(layer_type)}", "a layer type string such as 'kgen' or 'CaskConvolution'")
     tactic, origin = item.get("TacticName") or item.get("TacticValue"), item.get("Origin")
-    layer = Layer(name=name, type=layer_type, tactic=tactic if type(tactic) is str else _str_or_none(tactic), origin=origin if origin is None or type(origin) is str else _str_or_none(origin))
+    layer = Layer(name=name, type=layer_type, tactic=_str_or_none(tactic), origin=_str_or_none(origin))
     types, first_output, profile = [], None, 0
     for key in ("Inputs", "Outputs"):
         tensors = item.get(key) or []

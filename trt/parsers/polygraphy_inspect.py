@@ -48,7 +48,9 @@ def _layer(source: str, number: int, head: str, lines: list[str]) -> Layer:
         if sep:
             attributes[key.strip()] = value.strip()
     inputs, outputs = _split_io([line for line in lines[:cut] if line])
-    layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None, origin=_origin(attributes.get("Origin")))
+    origin = attributes.get("Origin")
+    layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None,
+                  origin=None if origin in (None, "", "Unknown") else origin)
     set_tensors(layer, _tensors(inputs), _tensors(outputs))
     return assign_nodes(layer, attributes.get("Metadata"))
 
@@ -58,10 +60,6 @@ def _split_io(lines: list[str]) -> tuple[str, str]:
         if line.startswith("-> "):
             return " ".join(lines[:index]), " ".join(lines[index:])[3:]
     return " ".join(lines), ""
-
-
-def _origin(value: str | None) -> str | None:
-    return value if value and value != "Unknown" else None
 
 
 def _tensors(text: str) -> list[tuple[str, str | None]]:

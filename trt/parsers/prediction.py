@@ -29,9 +29,8 @@ def parse(source: str, data: dict[str, Any]) -> EnginePlan:
             raise LayerInfoParseError(source, FORMAT, f"layers[{index}]", f"{type(err).__name__}: {err}", EXPECTED) from None
     target = data.get("target") or {}
     source_format = (data.get("source") or {}).get("format") or f"prediction (TensorRT {target.get('trt_major', '?')}.x)"
-    plan = EnginePlan(source, str(source_format), "detailed", layers, notes=["a prediction from the ONNX alone, not an engine TensorRT built"])
-    plan.settle()
-    return plan
+    notes = ["a prediction from the ONNX alone, not an engine TensorRT built"]
+    return EnginePlan(source, str(source_format), "detailed", layers, notes=notes).settle()
 
 
 def _layer(item: dict[str, Any]) -> Layer:

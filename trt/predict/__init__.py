@@ -10,6 +10,8 @@ from typing import Any
 
 from pipeline.core.errors import InputError
 from pipeline.core.qdq import CNN_RULES, PlacementRules
+from trt.plan import paused_gc
+from trt.predict.rules import rule
 from trt.views import Report
 
 PRECISIONS = ("auto", "fp32", "fp16", "int8", "fp8", "best")
@@ -26,8 +28,6 @@ class Prediction(Report):
     graph: Any = field(default=None, repr=False)  # the ONNX graph it was predicted from (trt/onnx_graph.py), for scoring
 
     def to_json(self) -> dict[str, Any]:
-        from trt.predict.rules import rule
-
         def reason(r) -> dict[str, Any]:
             known = rule(r.rule)
             return asdict(r) | {"behaviour": known.behaviour, "source": known.source, "fix": known.fix}
@@ -48,7 +48,6 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
     """The engine TensorRT `trt_major`.x builds from `model` (a ModelProto) at `precision` ("auto": the ONNX's own
     types, as a strongly typed build); `rules`: the placement rules the lint applies to this model's family."""
     from trt.onnx_graph import graph_of_model
-    from trt.plan import paused_gc
     from trt.predict.assemble import Assembly, target_of
     from trt.predict.engine import build
     from trt.predict.graph import load_graph
@@ -69,8 +68,6 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
 
 def _findings(reasons: list) -> list[str]:
     """One line per (kind, rule): how many, which nodes, what to change."""
-    from trt.predict.rules import rule
-
     lines = []
     groups: dict[tuple[str, str], list] = {}
     for reason in reasons:

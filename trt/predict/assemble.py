@@ -61,9 +61,7 @@ class Assembly:
         self._reasons()
         version = f"TensorRT {self.target.trt_major}.x"
         fmt = f"prediction from the ONNX ({version}, {self.target.label}{', strongly typed' if self.target.typed else ''})"
-        plan = EnginePlan(source, fmt, "detailed", self.layers)
-        plan.settle()
-        return plan, self.reasons
+        return EnginePlan(source, fmt, "detailed", self.layers).settle(), self.reasons
 
     # ------------------------------------------------------------ layers
 

@@ -4,6 +4,7 @@ the weight it reads (`layer1.0.conv1.weight + QuantizeLinear_20 + Conv_22`)."""
 
 from __future__ import annotations
 
+import re
 from itertools import combinations
 from typing import Any
 
@@ -94,8 +95,6 @@ def agreement(figures: dict[str, Any], tolerance: float = 0.10, min_f1: float = 
 
 def engine_version(plan: EnginePlan, default: int = 10) -> int:
     """The TensorRT major version a layer information file names in its format (`... (TensorRT 8.x)`), else `default`."""
-    import re
-
     found = re.search(r"TensorRT (\d+)", plan.format)
     return int(found[1]) if found else default
 

@@ -33,8 +33,7 @@ def cell(value: Any) -> str:
 def nodes_preview(nodes: list[str]) -> str:
     if not nodes:
         return "0"
-    shown = ", ".join(nodes[:NODES_SHOWN])
-    return f"{len(nodes)}: {shown}" + (", ..." if len(nodes) > NODES_SHOWN else "")
+    return f"{len(nodes)}: {', '.join(nodes[:NODES_SHOWN])}" + (", ..." if len(nodes) > NODES_SHOWN else "")
 
 
 def counts(values: dict[str, int], limit: int = 8) -> str:
