@@ -1,10 +1,6 @@
-"""A time budget for work that must finish or stop (`init` building and running a model): when its
-seconds pass, the step running is interrupted with `OutOfTime` naming that step.
-
-The interruption is SIGALRM's (Unix, main thread), delivered between Python bytecodes: a single long
-torch operation finishes first. Elsewhere (another thread, no SIGALRM) the budget is checked as each
-step starts. `OutOfTime` is a BaseException, as KeyboardInterrupt is, so the `except Exception` that
-takes a model's failure for the model's limit does not take running out of time for one.
+"""A time budget (`init` building and running a model): when its seconds pass, the running step is interrupted with
+`OutOfTime` naming it. SIGALRM interrupts between bytecodes (Unix, main thread); elsewhere the budget is checked as each
+step starts. `OutOfTime` is a BaseException, so an `except Exception` taking a model's failure for its limit lets it pass.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """No cyclic garbage collection for the block, then the collector as it was. Each full collection walks
-    every live object: with it on, optimize took twice as long per node on a 48-layer encoder's IR (hundreds
-    of thousands of objects) as on a 12-layer one, and a 10,000-row gather table (150,000 short-lived
-    containers) set off collections mid-render that freed nothing."""
+    """No cyclic garbage collection for the block. Each full collection walks every live object: optimize took twice as long
+    per node on a 48-layer encoder's IR as on a 12-layer one, and a 10,000-row gather table set off collections that freed nothing."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -46,11 +46,8 @@ _READ_HINTS = {
 def describe_os_error(err: OSError, path: Path | str | None = None, writing: bool = True) -> str:
     """One line for an OSError: what failed, on which path, and what to do."""
     where = err.filename if err.filename is not None else path
-    hints = _WRITE_HINTS if writing else _READ_HINTS
-    what = "cannot write" if writing else "cannot read"
-    reason = err.strerror or type(err).__name__
-    hint = hints.get(err.errno or -1)
-    return f"{where}: {what} ({reason}){'; ' + hint if hint else ''}"
+    hint = (_WRITE_HINTS if writing else _READ_HINTS).get(err.errno or -1)
+    return f"{where}: cannot {'write' if writing else 'read'} ({err.strerror or type(err).__name__}){'; ' + hint if hint else ''}"
 
 
 def check_parents(path: Path) -> None:
@@ -84,10 +81,8 @@ def check_outputs(outputs: list[Path | None], inputs: list[Path | None]) -> None
 
 @contextlib.contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `target`; rename it onto `target` only if the block succeeds.
-
-    OSErrors while writing become one-line InputErrors naming the target.
-    """
+    """Yield a temporary path beside `target`, renamed onto it only if the block succeeds; OSErrors while writing
+    become one-line InputErrors naming the target."""
     target = Path(target)
     check_output_target(target)
     try:
@@ -99,8 +94,7 @@ def atomic_path(target: Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~umask())
-        os.replace(tmp_path, target)
+        move_into_place(tmp_path, target)
     except OSError as err:
         if err.filename not in (None, str(tmp_path), str(target)):
             raise  # about another file (an input): not ours to describe as a write failure
@@ -109,10 +103,12 @@ def atomic_path(target: Path) -> Iterator[Path]:
         tmp_path.unlink(missing_ok=True)
 
 
-def umask() -> int:
+def move_into_place(source: Path, target: Path) -> None:
+    """Rename `source` onto `target`, with the mode a new file gets (mkstemp made it 0600)."""
     current = os.umask(0)
     os.umask(current)
-    return current
+    os.chmod(source, 0o666 & ~current)
+    os.replace(source, target)
 
 
 def write_text(target: Path, text: str) -> None:

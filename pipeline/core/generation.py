@@ -1,17 +1,10 @@
-"""The generation check, a decoder's accuracy figure: torch's greedy decoding of `[export] new_tokens`
-tokens from fixed prompts, feeding the KV cache back (`present.{i}.*` -> `past_key_values.{i}.*`), or
-the whole sequence again for a model exported without its cache.
+"""The generation check, a decoder's accuracy figure: greedy decoding of `[export] new_tokens` tokens from fixed prompts,
+feeding the KV cache back (`present.{i}.*` -> `past_key_values.{i}.*`), or the whole sequence for a model without one.
 
-One loop (`greedy`) drives any runner (`feeds -> {output name: array}`): torch's model at export,
-onnxruntime for the exported, optimized, FP16 and INT8 files, so the reference and the candidates
-are fed alike. The export stage saves torch's run (`save_reference`); a candidate is fed torch's
-tokens (`follow`, teacher forcing), so every step scores the same prefix, and `compare` counts the
-steps where it picks torch's token (the token agreement), the first step and batch row where it
-does not, and per-step `cosine_centered` / `max_abs_diff` of the next-token logits over the
-reference's 32 most likely tokens (all a saved reference keeps). Free-running decoding would part
-from torch's sequence at the first near tie a rounding flips and count every later step as wrong.
-A base model without `logits` is decoded through its input embedding matrix (a tied head,
-`logits = hidden @ embedding.T`), read from the ONNX file.
+One loop (`greedy`) drives any runner (`feeds -> {output name: array}`): torch at export, onnxruntime for the files after.
+A candidate is fed torch's saved tokens (`follow`, teacher forcing) and `compare` scores each step on the same prefix:
+free-running decoding would part from torch at the first near tie a rounding flips and count every later step wrong.
+A base model without `logits` is decoded through its input embedding matrix (a tied head), read from the ONNX file.
 """
 
 from __future__ import annotations
@@ -149,9 +142,8 @@ def embedding_head(model: Any) -> np.ndarray | None:
 
 
 def save_reference(path: Path, generation: Generation, head: np.ndarray | None, feeds: dict[str, np.ndarray] | None = None) -> None:
-    """The tokens and each step's `REFERENCE_TOP_K` scores with their ids (float32), and the embedding `head` a base model
-    is decoded through (float32): sized by the check, not by the vocabulary (a 152k-token model's full scores and its
-    float64 head made a 1.1 GB file). `feeds`: what else the check was fed (see `load_feeds`)."""
+    """The tokens, each step's `REFERENCE_TOP_K` scores with their ids and a base model's embedding `head`, in float32: sized
+    by the check, not the vocabulary (a 152k-token model's full scores made a 1.1 GB file). `feeds`: see `load_feeds`."""
     from pipeline.core.fileio import atomic_path
 
     top = generation.top()

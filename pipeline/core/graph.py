@@ -1,12 +1,6 @@
-"""One read-only index of an ONNX graph: its nodes in order, the node that makes each tensor and
-the nodes that read it (by position), its initializers (values read on demand) and outputs, and the
-op families the checks name.
-
-Built from a ModelProto (`GraphIndex.of`) or from any nodes with `name`, `op_type`, `input` and
-`output` (trt/onnx_graph.py names unnamed nodes first); it never loads external weights. It is
-not updated when the graph is edited: whoever edits a graph (the presets' Q/DQ clean-up) reads
-the index of the graph as it was and builds a new one for the next pass. The optimize stage
-rewrites on onnx_ir's mutable graph instead (pipeline/optimize/), which keeps its own uses.
+"""A read-only index of an ONNX graph (a ModelProto's, or any nodes with `name`, `op_type`, `input`, `output`): its nodes
+in order, who makes and who reads each tensor, its initializers and outputs, and the op families the checks name. It is
+not updated when the graph is edited: an editor (the presets' Q/DQ clean-up) builds a new one for its next pass.
 """
 
 from __future__ import annotations
@@ -26,9 +20,7 @@ DATA_MOVEMENT_OPS = LAYOUT_OPS | {"Identity", "Expand", "Slice", "Concat", "Spli
 
 
 class GraphIndex:
-    """Who makes and who reads each tensor of a graph. A node reading a tensor twice is listed
-    twice among its readers (once per input); the empty name (an absent optional input or output)
-    is no tensor."""
+    """Who makes and who reads each tensor (a node reading it twice is listed twice); the empty name is no tensor."""
 
     def __init__(self, nodes: Iterable[Any], initializers: Mapping[str, Any] = MappingProxyType({}), outputs: Iterable[str] = ()):
         self.nodes = tuple(nodes)

@@ -1,10 +1,6 @@
-"""artifacts/<profile>/manifest.json: the record of each stage, the only channel between stages.
-
-Output paths are stored relative to the manifest's folder, so an artifacts folder can be
-moved or mounted (Docker) and stay valid. Each record carries the run that wrote it and the
-sha256 of its outputs, so a later run can tell a cached output from a truncated or edited one.
-Records of stages a run did not touch are kept; those whose inputs that run changed (or
-failed to produce) are marked `stale`.
+"""artifacts/<profile>/manifest.json: the record of each stage, the only channel between stages. Output paths are relative
+to its folder (which can be moved or mounted); each record keeps the run that wrote it and its outputs' sha256, so a later
+run tells a cached output from an edited one. Records a run did not touch are kept, or marked `stale` when their inputs changed.
 """
 
 from __future__ import annotations
@@ -61,10 +57,7 @@ class Manifest:
         return next((s for s in self.stages if s.name == name), None)
 
     def put(self, record: StageRecord) -> None:
-        """Replace the stage's record (keeping pipeline order) and write the file atomically.
-
-        Records written to the file by someone else since it was read are kept (merged by stage).
-        """
+        """Replace the stage's record (in pipeline order) and write the file atomically, keeping records others wrote since."""
         if self.path.exists():
             _, self.stages, _ = _read(self.path, self.profile)
         self.stages = [s for s in self.stages if s.name != record.name] + [record]

@@ -74,7 +74,8 @@ def runs_that_fit(path: Path, feeds: dict[str, np.ndarray]) -> list[dict[str, np
     budget = SHARE_OF_AVAILABLE * available_bytes()
     if peak <= budget:
         return [feeds]
-    return split_rows(feeds, max(1, int(rows * budget // peak)))
+    step = max(1, int(rows * budget // peak))
+    return [{name: array[start : start + step] for name, array in feeds.items()} for start in range(0, rows, step)]
 
 
 @functools.lru_cache(maxsize=64)
@@ -98,12 +99,6 @@ def available_bytes() -> int:
 def gib(size: float) -> str:
     """A size in bytes as the memory lines say it."""
     return f"{size / 2**30:.1f} GiB"
-
-
-def split_rows(feeds: dict[str, np.ndarray], rows: int) -> list[dict[str, np.ndarray]]:
-    """`feeds` as runs of at most `rows` rows each (one run when they all fit)."""
-    total = len(next(iter(feeds.values())))
-    return [{name: array[start : start + rows] for name, array in feeds.items()} for start in range(0, total, rows)]
 
 
 def _bytes(value: Any) -> int:

@@ -1,12 +1,7 @@
-"""Reading a user's ONNX file: every way it can be unusable becomes one line saying what to do.
-
-onnx is imported at call time. Weights stored as external data are checked to exist (and to
-be long enough) without reading them, so a model with a missing `.data` file is refused when
-it is opened, not half way through a stage.
-
-Writing: a model whose weights pass `external_data_threshold()` bytes (1 GiB; the protobuf limit
-is 2 GiB) keeps them in `<name>.data` beside it, at a relative location; `atomic_onnx` writes
-both in a work folder and moves them into place together, so no temporary name is ever recorded.
+"""Reading a user's ONNX file: every way it can be unusable is one line saying what to do (external weights are checked
+to exist and be long enough when it is opened, not half way through a stage). Writing: weights past
+`external_data_threshold()` (1 GiB; protobuf's limit is 2 GiB) go to `<name>.data` beside the model, and `atomic_onnx`
+moves both into place together, so no temporary name is ever recorded. onnx is imported at call time.
 """
 
 from __future__ import annotations
@@ -19,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.core.errors import InputError
-from pipeline.core.fileio import TEMP_NAME, check_output_target, describe_os_error, external_data_file, require_file, umask
+from pipeline.core.fileio import TEMP_NAME, check_output_target, describe_os_error, external_data_file, move_into_place, require_file
 
 HINT = "pass an ONNX file written by torch.onnx.export or onnx.save"
 EXTERNAL_DATA_ENV = "PIPELINE_EXTERNAL_DATA_BYTES"
@@ -77,12 +72,9 @@ def save_onnx(model, path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_onnx(target: Path) -> Iterator[Path]:
-    """Yield `<work folder>/<target's name>` to write a model to, with its external data (if any) as
-    `<name>.data` beside it. If the block succeeds, the data file then the model are renamed onto
-    `target`'s (an older model's data file is removed when the new one has none); the work folder
-    (`.<name without .onnx>.<random>.tmp` beside `target`, a name remove_stale_temp_files knows, and
-    with no ".onnx" in it for ModelOpt: see private_copy) goes in any case.
-    OSErrors while writing become one-line InputErrors naming the target."""
+    """Yield `<work folder>/<target's name>` to write a model (and its `.data`) to; if the block succeeds, the data then the
+    model are renamed onto `target`'s. The work folder's name is one remove_stale_temp_files knows, with no ".onnx" in it
+    (see private_copy). OSErrors while writing become one-line InputErrors naming the target."""
     target = Path(target)
     check_output_target(target)
     try:
@@ -97,8 +89,8 @@ def atomic_onnx(target: Path) -> Iterator[Path]:
         _gather_external_data(written)
         has_data = data.is_file()
         if has_data:
-            _move(data, external_data_file(target))  # before the model: a model never points at data not there
-        _move(written, target)
+            move_into_place(data, external_data_file(target))  # before the model: a model never points at data not there
+        move_into_place(written, target)
         if not has_data:
             external_data_file(target).unlink(missing_ok=True)  # an older model's
     except OSError as err:
@@ -107,11 +99,6 @@ def atomic_onnx(target: Path) -> Iterator[Path]:
         raise InputError(describe_os_error(err, target).replace(str(written), str(target))) from err
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def _move(source: Path, destination: Path) -> None:
-    os.chmod(source, 0o666 & ~umask())
-    os.replace(source, destination)
 
 
 def _gather_external_data(written: Path) -> None:
@@ -211,13 +198,9 @@ def check_external_data(tensors: list[tuple[str, str, int, int | None]], model_p
 
 @contextlib.contextmanager
 def private_copy(source: Path, external: list[tuple[str, str, int, int | None]], beside: Path) -> Iterator[tuple[Path, Path]]:
-    """(work folder, copy of `source` with its external data files) for a library that writes to
-    the file it is given or beside it; the folder (`.<beside without its dots and .onnx>.work.*.tmp`) is removed
-    afterwards, and a run killed before that leaves a name the next build cleans up.
-
-    The folder's name holds no ".onnx": ModelOpt names its intermediates with
-    `path.replace(".onnx", "_ir10.onnx")` on the whole path (an IR > 10 model), which would point
-    into a folder that does not exist."""
+    """(work folder, copy of `source` with its external data) for a library that writes beside the file it is given;
+    removed afterwards, under a name the next build cleans up. The name holds no ".onnx": ModelOpt's
+    `path.replace(".onnx", "_ir10.onnx")` on the whole path would point into a folder that does not exist."""
     try:
         workdir = Path(tempfile.mkdtemp(prefix=f".{beside.name.lstrip('.').replace('.onnx', '')}.work.", suffix=".tmp", dir=beside.parent))
     except OSError as err:

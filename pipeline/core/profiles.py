@@ -1,9 +1,5 @@
-"""Build profiles: TOML files validated with pydantic.
-
-A profile names the model (a `factory` or an `onnx` file), its inputs (dtype, shape with
-named dynamic dims, how to fill valid random values), the named dims' min/opt/max, and the
-settings of each stage. `load_profile("bert-tiny")` finds `profiles/bert-tiny.toml`;
-`load_profile("my.toml")` loads a user's file.
+"""Build profiles, TOML files validated with pydantic: the model, its inputs (dtype, shape with named dims, how to fill
+valid values), the dims' min/opt/max and each stage's settings. `load_profile("bert-tiny")` finds profiles/bert-tiny.toml.
 """
 
 from __future__ import annotations

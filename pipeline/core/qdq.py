@@ -6,9 +6,7 @@ Sources (TensorRT Developer Guide; RULES.md of the fusion corpus lists them):
   (Q/DQ propagation, Q/DQ layer fusion, placement recommendations, figures 1-9)
 - [FA] "Fused Attention": docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/transformers-fused-attention.html
 - [FC] "Layer Fusion Catalog": docs.nvidia.com/deeplearning/tensorrt/latest/performance/fusion-catalog.html
-
-`RULES` names each rule the lint reports and the prediction gives as the cause of a standalone Q/DQ
-layer or a cut Myelin region: what TensorRT does, where that is written, and what to change.
+`RULES`: each rule the lint and the prediction name (what TensorRT does, where that is written, what to change).
 """
 
 from __future__ import annotations
@@ -212,13 +210,13 @@ class QdqGraph(GraphIndex):
                 yield node, [gemm], skip
 
     def rejected(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> bool:
-        """The rules reject a Q/DQ on this edge: the input of a float region, or a GEMM/Conv output
-        before an op that fuses into it, except the one quantized input of a residual Add whose other
-        input is the float output of another GEMM/Conv (that GEMM takes the Add)."""
+        """The rules reject a Q/DQ on this edge (see `rejection`)."""
         return self.rejection(rules, source, consumer, dq_output) is not None
 
     def rejection(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> str | None:
-        """`rejected`, with the id of the rule that rejects the edge (None: accepted)."""
+        """The id of the rule that rejects a Q/DQ on this edge (None: accepted): the input of a float region, or a GEMM/Conv
+        output before an op that fuses into it, except the one quantized input of a residual Add whose other input is the
+        float output of another GEMM/Conv (that GEMM takes the Add)."""
         if consumer.op_type in rules.float_region_ops:
             return "qdq-into-float-region"
         if consumer.op_type not in rules.epilogue_ops or self.gemm_behind(source, rules.epilogue_ops, single_use=rules.residual_skip) is None:

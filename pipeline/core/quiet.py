@@ -15,13 +15,9 @@ from pipeline.core.fileio import atomic_path
 
 @contextlib.contextmanager
 def captured(log: Path | None = None) -> Iterator[None]:
-    """Send file descriptor 2 and Python's sys.stdout/sys.stderr to `log` (or discard) for the block.
-
-    Descriptor 1 is left alone so our own progress display keeps drawing. The log is written
-    to a temporary file and renamed onto `log` when the block ends, failed or not, so a
-    symlink planted at `log` is replaced, never written through; a log with nothing in it is
-    not left behind.
-    """
+    """Send descriptor 2 and sys.stdout/sys.stderr to `log` (or discard) for the block; descriptor 1 keeps our progress
+    display. The log is renamed into place when the block ends, failed or not (a symlink there is replaced, not written
+    through); an empty log is not left behind."""
     try:
         with _redirected(log):
             yield

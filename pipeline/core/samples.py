@@ -136,12 +136,8 @@ def model_feeds(inputs: dict[str, tuple[str, list]], dynamic_sizes: tuple[int, .
 
 
 def load_npz(path: Path, model_inputs: dict[str, tuple[str, list]], axes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Load a user's samples file (calibration data, compare's inputs) and check it against the model.
-
-    `model_inputs` maps each ONNX input to (numpy dtype name, dims) where a dim is an int or
-    None (dynamic). Arrays hold samples concatenated along axis 0, or along each input's batch axis (`axes`,
-    see `batch_axes`: a cache laid out [layers, batch, ...] stacks them on axis 1).
-    """
+    """A user's samples file (calibration data, compare's inputs), checked against `model_inputs` ({input: (numpy dtype name, dims, None where dynamic)}):
+    samples are concatenated along axis 0, or along each input's batch axis (`axes`, see `batch_axes`)."""
     axes = axes or {}
     path = require_file(path, "calibration file", "pass an .npz with one array per model input (numpy.savez)")
     data = read_npz(path)

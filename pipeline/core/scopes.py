@@ -1,10 +1,6 @@
-"""The torch module an ONNX node came from.
-
-The dynamo exporter records it in each node's `pkg.torch.onnx.name_scopes` metadata (the module
-paths from the root down, then the FX node's own name); the TorchScript exporter in the node's
-name (`/encoder/layers.3/mha/attn/MatMul`). Both give the same scope, one part per module level:
-('encoder', 'layers.3', 'mha', 'attn'), whose parts joined with "." are the qualified name
-`named_modules()` gives that module.
+"""The torch module an ONNX node came from: the dynamo exporter's `pkg.torch.onnx.name_scopes` metadata (module paths from
+the root down, then the FX node's name) or the TorchScript exporter's node name (`/encoder/layers.3/mha/attn/MatMul`) give
+the same scope, ('encoder', 'layers.3', 'mha', 'attn'), whose parts joined with "." are the module's qualified name.
 """
 
 from __future__ import annotations
@@ -48,9 +44,8 @@ def module_name(scope: tuple[str, ...]) -> str:
 
 
 def inline_functions(model) -> int:
-    """Inline an onnx_ir model's local functions in place (TensorRT's parser inlines them too; rules
-    and tensor-by-tensor comparisons need to see inside), each inlined node taking the module scope
-    of the call it replaced. Returns the number of calls inlined."""
+    """Inline an onnx_ir model's local functions in place (as TensorRT's parser does), each inlined node taking the module
+    scope of the call it replaced; the number of calls inlined."""
     from onnx_ir.passes.common import InlinePass
 
     functions = model.functions

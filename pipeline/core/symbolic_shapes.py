@@ -1,11 +1,7 @@
-"""onnxruntime's symbolic shape inference without its stray files.
-
-On a graph it cannot infer completely, `SymbolicShapeInference.infer_shapes` (onnxruntime 1.24,
-tools/symbolic_shape_infer.py) saves the partial model as `sym_shape_infer_temp.onnx` in the current
-folder, its weights beside it in a `<uuid1>.data` file (mode 0600), then raises. ModelOpt calls it
-(AutoCast's reference run and PTQ clear stale shapes with it) and so does our memory estimate: builds
-and test runs left both in the folder they ran from. `without_stray_files()` replaces it, once per
-process, by the same inference that raises the same exception and writes nothing.
+"""onnxruntime's symbolic shape inference without its stray files: on a graph it cannot infer completely,
+`SymbolicShapeInference.infer_shapes` (onnxruntime 1.24) saves `sym_shape_infer_temp.onnx` and a `<uuid1>.data` in the
+current folder, then raises. ModelOpt and our memory estimate call it; `without_stray_files()` swaps in the same inference,
+raising the same exception, that writes nothing.
 """
 
 from __future__ import annotations

@@ -28,10 +28,8 @@ def read_toml(path: Path, error: type[PipelineError], what: str) -> dict[str, An
 
 
 def describe_validation_error(err: ValidationError, schema: type[BaseModel], what: str) -> str:
-    """One line: the first two problems' keys and what to do, and how many more there are.
-
-    A misspelt key is reported before anything else (it usually is the cause of a "missing" one), with
-    the key it is closest to, or the keys its table takes."""
+    """One line: the first two problems' keys and what to do, and how many more. A misspelt key comes first (it usually
+    causes a "missing" one), with the closest key or the keys its table takes."""
     errors = sorted(err.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
     text = "; also ".join(_problem(error, schema, what) for error in errors[:2])
     more = len(errors) - 2

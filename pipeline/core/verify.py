@@ -1,17 +1,10 @@
-"""Numerical checks on onnxruntime's CPU provider (onnxruntime is imported lazily; BF16 models, which have no
-CPU kernels, are checked on its CUDA provider where there is one).
+"""Numerical checks on onnxruntime's CPU provider (imported lazily; BF16 models, with no CPU kernels, on its CUDA one).
 
-One session per model: creating one costs as much as several runs of a small model, so a
-model is loaded once and every feed goes through that session.
-
-Accuracy checks run onnxruntime's basic graph optimizations (constant folding, redundant node
-removal, a few fusions): they make Q/DQ models several times faster. The extended level is not
-used: its `FastGeluFusion` breaks a valid graph where the erf and tanh GELU forms share
-`x * 0.5` (seen on tests/factories.py `hand_written_block`: "Node input ... is not a graph
-input"). Checks of our own rewrites (`compare_models`, `run_onnx`) run the graph as written
-(`as_written`): the basic level already fuses a written-out LayerNorm into onnxruntime's
-one-pass-variance kernel, which would hide what a rewrite did (and is off by orders of
-magnitude on rows whose std is tiny against their mean).
+One session per model (making one costs several runs of a small model). Accuracy checks run the basic graph optimizations,
+which make Q/DQ models several times faster; not the extended level, whose `FastGeluFusion` breaks a valid graph where the
+erf and tanh GELU forms share `x * 0.5` (tests/factories.py `hand_written_block`). Checks of our own rewrites run the graph
+`as_written`: the basic level fuses a written-out LayerNorm into a one-pass-variance kernel, which would hide what a rewrite
+did (and is off by orders of magnitude on rows whose std is tiny against their mean).
 """
 
 from __future__ import annotations
@@ -25,12 +18,9 @@ from pipeline.core.errors import CapabilityMissing, InputError, StageFailed, fir
 
 
 class OnnxSession:
-    """One onnxruntime session for an ONNX file, on `provider` (the CPU's unless given); `run` feeds only the inputs
-    the model declares.
-    `as_written` turns onnxruntime's graph optimizations off (module docstring); `threads` caps its
-    compute threads (0: onnxruntime's default, one per core), and a capped session does not spin
-    waiting for work, so it leaves the other cores to whatever runs beside it. Errors name `shown_as`
-    where the file is a working copy of it (one with every tensor exposed)."""
+    """One onnxruntime session for an ONNX file on `provider`. `as_written`: no graph optimizations (module docstring);
+    `threads`: a cap on its compute threads, without spinning (the other cores stay free); `shown_as`: the file errors
+    name where this one is a working copy of it."""
 
     def __init__(self, path: Path, as_written: bool = False, threads: int = 0, shown_as: Path | None = None,
                  provider: str = "CPUExecutionProvider"):
@@ -73,9 +63,8 @@ class OnnxSession:
             raise StageFailed(f"{self.path}: onnxruntime cannot run it at input shapes {shapes}: {run_failure(err)}") from err
 
     def run_fitting(self, feeds: dict[str, np.ndarray], sized_by: Path, run_options=None) -> list[np.ndarray]:
-        """`run`, in runs of fewer rows joined again where the whole batch would not fit in its share of the memory
-        available (pipeline/core/memory.py: the held-out samples stack into one batch of the profile's largest), as
-        the model at `sized_by` estimates it (a converted model's FP32 source: the session may outlive its file)."""
+        """`run`, split into runs of fewer rows where the batch would not fit in memory (pipeline/core/memory.py), as the
+        model at `sized_by` estimates it (a converted model's FP32 source: the session may outlive its file)."""
         from pipeline.core.memory import runs_that_fit
 
         runs = [self.run(part, run_options) for part in runs_that_fit(sized_by, feeds)]
@@ -127,8 +116,8 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
 
 
 def differences(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> tuple[float, float]:
-    """(max |reference - candidate|, the same with each output's difference divided by its largest magnitude where
-    above 1: float32 rounding grows with the values, as export's tolerance says) over all outputs and feed sets."""
+    """(max |reference - candidate|, the same divided by each output's largest magnitude where above 1, as export's
+    tolerance is) over all outputs and feed sets."""
     expected, actual = OnnxSession(reference, as_written=True), OnnxSession(candidate, as_written=True)
     worst = scaled = 0.0
     for feeds in feed_sets:
