@@ -1,10 +1,6 @@
-"""The default model: a sentence-pair matcher on a post-LayerNorm BERT encoder.
-
-It reproduces the model of the real TensorRT 10.10 build log in
-``shared/fixtures/trt/bert-fp16-trt10.10.detailed.log``: module and attribute names are
-chosen so that the TorchScript exporter names the ONNX nodes exactly as that log's
-``[ONNX Layer: ...]`` entries (``/encoder/layers.0/mha/attn/mha_prob/key/MatMul``, ...).
-GELU is written out (``x * 0.5 * (1 + erf(x / sqrt 2))``), as in that model.
+"""The default model: a sentence-pair matcher on a post-LayerNorm BERT encoder, the model of the real TensorRT 10.10 build
+log ``shared/fixtures/trt/bert-fp16-trt10.10.detailed.log``. Module names make the TorchScript exporter name the ONNX nodes
+as that log's ``[ONNX Layer: ...]`` entries (``/encoder/layers.0/mha/attn/mha_prob/key/MatMul``); GELU is written out.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Decoders with a KV cache (GPT-2, Llama, Qwen2, Phi-3, Mistral, ...): how a Hugging Face
-`PreTrainedModel` is called at export, with its cache or without it.
-
-`[export] cache` in the profile decides:
-
-- `"with-past"` (the default for a model whose forward returns a cache): one graph serving prefill
-  and decode, laid out as Optimum's `text-generation-with-past`: inputs `input_ids`,
-  `attention_mask` (past + new tokens), `position_ids` (where the forward takes them),
-  `past_key_values.{i}.key/value` [batch, kv_heads, past_seq, head_dim]; outputs the model's own
-  (`logits` or `last_hidden_state`) then `present.{i}.key/value` [batch, kv_heads, past_seq + seq,
-  head_dim]. A profile that does not list the cache inputs gets them derived here from the cache
-  the model returns (`cache_layout`, `with_past_profile`), with a `past_seq` dim from the profile's `[dims.past_seq]`, else 0 (prefill) to seq max (`past_range`).
-- `"none"`: the forward runs with `use_cache=False`, whatever the model's config says.
-
+"""Decoders with a KV cache (GPT-2, Llama, Qwen2, ...): how a Hugging Face `PreTrainedModel` is called at export, as
+`[export] cache` says. "with-past" (the default for a model that returns a cache): one graph for prefill and decode, laid
+out as Optimum's `text-generation-with-past` (inputs `input_ids`, `attention_mask` of past + new tokens, `position_ids`,
+`past_key_values.{i}.key/value` [batch, kv_heads, past_seq, head_dim]; outputs the model's own, then `present.{i}.key/value`),
+the cache inputs derived from the cache the model returns where the profile does not list them. "none": `use_cache=False`.
 torch and transformers are imported at call time only.
 """
 
@@ -86,10 +77,8 @@ def _prefill_cache(model: Any) -> Any:
 
 
 def cache_layout(model: Any, cache: Any = None) -> list[CacheLayer]:
-    """The model's KV cache, layer by layer, read from the cache its prefill returns (or `cache`, one it returned: an
-    encoder-decoder's self-attention cache) (heads, head dims, dtype, sliding window): what the model computes, not what
-    its config suggests (a multi-query Falcon has one KV head where its config says 4). Refuses a cache that is not one
-    key and one value per layer."""
+    """The model's KV cache layer by layer, read from the cache its prefill returns (or `cache`): what the model computes,
+    not what its config suggests (a multi-query Falcon has one KV head where its config says 4)."""
     name = type(model).__name__
     layers = getattr(_prefill_cache(model) if cache is None else cache, "layers", None) or []
     for index, layer in enumerate(layers):
@@ -134,9 +123,8 @@ def max_positions(config: Any) -> int | None:
 
 
 def with_past_profile(profile: Profile, model: Any) -> Profile:
-    """The profile with the cache inputs its with-past export takes: the profile's own when it lists
-    them, else one key and one value input per layer of the cache the model returns (`cache_layout`),
-    the arguments its forward takes, and `past_seq` as `past_range` sets it."""
+    """The profile with the cache inputs its with-past export takes: its own, else one key and one value per layer of the
+    cache the model returns (`cache_layout`), with the arguments its forward takes and `past_seq` from `past_range`."""
     names = [spec.name for spec in profile.inputs]
     if any(PAST_INPUT.fullmatch(n) for n in names):
         return profile
@@ -222,9 +210,8 @@ def apply_derived(profile: Profile, derived: dict[str, Any] | None) -> Profile:
 
 
 def bind_forward(model: Any, profile: Profile, mode: str) -> Any:
-    """Replace the model's forward (on the instance, so node names keep the model's scopes) by one
-    taking the profile's inputs in order, by name: the cache inputs become a DynamicCache, the
-    returned cache becomes `present.{i}.key/value` tensors."""
+    """Replace the model's forward (on the instance: node names keep its scopes) by one taking the profile's inputs in order,
+    the cache inputs as a DynamicCache, the returned cache as `present.{i}.key/value` tensors."""
     names = [spec.name for spec in profile.inputs]
     accepted = inspect.signature(model.forward).parameters
     past = [n for n in names if PAST_INPUT.fullmatch(n)]
@@ -246,22 +233,17 @@ def bind_forward(model: Any, profile: Profile, mode: str) -> Any:
     def forward(*inputs):
         named = dict(zip(names, inputs, strict=True))
         if mode == "with-past":
-            named["past_key_values"] = _cache([(named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value"))
-                                               for i in range(layers)])
+            from transformers import DynamicCache
+
+            # full-length layers, sliding-window ones too (the mask applies the window): a sliding layer of the config's own
+            # cache keeps its last window - 1 tokens, which torch.export traces only by specializing past_seq
+            pairs = [(named.pop(f"past_key_values.{i}.key"), named.pop(f"past_key_values.{i}.value")) for i in range(layers)]
+            named["past_key_values"] = DynamicCache(ddp_cache_data=pairs)
         output = keyword_forward(**named, **extra)
         return _with_present(output, layers, profile) if mode == "with-past" else output
 
     model.forward = forward
     return model
-
-
-def _cache(pairs: list[tuple[Any, Any]]) -> Any:
-    """A DynamicCache of full-length layers, sliding-window ones too: the model's mask applies the window.
-    A sliding layer of the config's own cache keeps only its last window - 1 tokens, a slice of
-    past_seq + seq that torch.export can only trace by specializing past_seq ("Constraints violated")."""
-    from transformers import DynamicCache
-
-    return DynamicCache(ddp_cache_data=pairs)
 
 
 def _with_present(output: Any, layers: int, profile: Profile) -> dict[str, Any]:

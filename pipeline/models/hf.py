@@ -1,15 +1,6 @@
-"""Hugging Face models from a profile, no factory to write:
-
-    [model]
-    hf = "bert-base-uncased"            # a model id, or a folder written by save_pretrained (relative to the profile)
-    hf_config = { model_type = "bert", hidden_size = 64, ... }   # or: a config, random weights, nothing downloaded
-    task = "sequence-classification"    # the head: base (default), sequence-classification, token-classification,
-                                        # masked-lm, causal-lm, image-classification
-
-The profile's inputs are passed to the model's forward by name (input_ids, attention_mask,
-token_type_ids, position_ids, pixel_values, ...), in the profile's order. A decoder's KV cache is
-exported as `[export] cache` says (pipeline/models/decoder.py). transformers is the
-optional extra `.[hf]`, imported here only, at call time.
+"""Hugging Face models from a profile's `[model] hf` (a model id or save_pretrained folder) or `hf_config` (random weights,
+nothing downloaded), with the `task` head; the profile's inputs go to the forward by name. transformers is the optional
+extra `.[hf]`, imported at call time.
 """
 
 from __future__ import annotations
@@ -35,10 +26,7 @@ AUTO_CLASSES = {
 
 
 def load_hf_model(profile: Profile) -> Any:
-    """The profile's Hugging Face model as transformers builds it (hf / hf_config, task).
-
-    Its forward is later replaced on the instance rather than wrapped in another module, so the
-    exported node names keep the model's own scopes (/encoder/layer.0/...)."""
+    """The profile's Hugging Face model as transformers builds it (hf / hf_config, task)."""
     transformers = import_transformers(f"{profile.source}: model.hf/hf_config")
     section, where = profile.model, f"{profile.source}: model"
     task = section.task or "base"
@@ -83,10 +71,8 @@ def load_hf_model(profile: Profile) -> Any:
 
 
 def _exportable_experts(model: Any) -> Any:
-    """A mixture-of-experts model with its experts run as one batched matmul over every expert (transformers'
-    `batched_mm`) instead of `grouped_mm`, a custom op (transformers::grouped_mm_fallback) with no ONNX translation
-    in torch's exporters: the same outputs, each token through every expert's weights, then weighted by its router
-    (the unrouted experts' FLOPs are computed and dropped, the price of a static graph; docs/decoders.md)."""
+    """A mixture of experts run as transformers' `batched_mm` (every token through every expert, then weighted) instead of
+    `grouped_mm`, a custom op with no ONNX translation: the same outputs, at the price of a static graph (docs/decoders.md)."""
     implementations = model.get_experts_implementation() if hasattr(model, "get_experts_implementation") else {}
     if "grouped_mm" in (implementations.values() if isinstance(implementations, dict) else (implementations,)):
         model.set_experts_implementation("batched_mm")
@@ -105,14 +91,10 @@ def _name_first_architecture(auto: Any, config: Any) -> None:
         config.architectures = [classes[0].__name__]
 
 
-
-
 def draw_zero_tokens(model: Any, std: float) -> list[str]:
-    """Draw the learned tokens a random-weight model's init leaves at zero, as ViT's init draws its own (normal, `std`):
-    the parameters a module holds itself (not a Linear's, Conv's or norm's weight or bias) named as tokens or embeddings,
-    of two or more dims, all zero (LeViT's zero attention biases are its design, and stay). YOLOS leaves its class token, 100 detection tokens and position embeddings at zero: 101 identical tokens
-    of zeros, which LayerNorm then scales up from the attention's last bits, so its INT8 check read cosine 0.81.
-    Returns the names of the parameters drawn."""
+    """Draw (normal, `std`, as ViT's init does) the all-zero token and embedding parameters a module holds itself (LeViT's
+    zero attention biases stay); the names drawn. YOLOS left 101 tokens at zero, identical, which LayerNorm scales up from
+    the attention's last bits: its INT8 check read cosine 0.81."""
     import torch
 
     plain = (torch.nn.Linear, torch.nn.modules.conv._ConvNd, torch.nn.Embedding, torch.nn.LayerNorm, torch.nn.modules.batchnorm._NormBase,
@@ -133,10 +115,8 @@ EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_nu
 
 
 def draw_zero_routers(model: Any, config: Any, std: float) -> list[str]:
-    """Draw (normal, `std`) a mixture of experts' router weights its init leaves at zero (AFMoE's): a Linear with one
-    output per expert, all zero. Every expert then scores the same, and which `top_k` of them a token goes to is
-    the order torch's and onnxruntime's TopK break ties in, which differ: AFMoE's export check read 1.07 off torch.
-    Returns the names of the routers drawn."""
+    """Draw (normal, `std`) the all-zero router weights (one output per expert) an init leaves (AFMoE's); the names drawn.
+    Tied experts are picked in the order each TopK breaks ties, which differ: AFMoE's export check read 1.07 off torch."""
     import torch
 
     experts = {count for key in EXPERT_COUNTS if isinstance(count := getattr(config, key, None), int) and count > 1}
@@ -153,19 +133,10 @@ BATCH_NORM_BATCHES = 4
 
 
 def settle_batch_norm(model: Any, profile: Profile) -> int:
-    """Give a random-weight model's BatchNorm layers the scale of its own activations (BATCH_NORM_BATCHES
-    forward passes of random inputs at the profile's opt shapes, statistics averaged) and torch's own affine
-    init (scale 1, shift 0). The scale is each channel's second moment about zero, its mean left in: a random
-    ReLU net whose every layer subtracts its mean and divides by its deviation is chaotic, a small difference
-    in its input grows about 1.47x per layer (0.5 / Var(relu(z)), z ~ N(0, 1)), so a MobileNetV1 settled on
-    mean and variance moved its output to cosine 0.71 when only its input was rounded to INT8, and no INT8
-    model of it could pass; divided by the second moment the gain is 1 and it reads 0.992. Fresh from a
-    config the statistics are mean 0 / variance 1, so a net whose init does not keep the scale shrinks
-    the signal layer after layer: a MobileNetV2's outputs came out near 1e-21, under FP16's smallest
-    value, and its FP16 check read cosine 0. Some inits also draw the scale like a Linear's weight
-    (EfficientNet, MobileViT: N(0, 0.02)), which shrinks it 50x per layer however the statistics are
-    set: EfficientNet's outputs came out near 1e-10. Returns the number of BatchNorm layers settled
-    (0: the model is left as it is)."""
+    """Give a random-weight model's BatchNorm layers the scale of its own activations (second moment about zero, over
+    BATCH_NORM_BATCHES runs at opt shapes) and torch's affine init; the number of layers settled. Left at variance 1, a
+    MobileNetV2's outputs came out near 1e-21 (FP16 cosine 0); an init drawing the scale N(0, 0.02) shrinks it 50x a layer.
+    Mean and variance would make a random ReLU net chaotic (1.47x a layer): a MobileNetV1 read INT8 cosine 0.71, not 0.992."""
     import torch
 
     from pipeline.core.samples import make_inputs

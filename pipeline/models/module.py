@@ -1,6 +1,5 @@
-"""The torch module a profile describes: built from its factory (a module, or with example inputs and dynamic
-shapes) or a Hugging Face model, in eval mode and seeded, with example inputs; and its outputs flattened into
-named tensors in a fixed order (the names the ONNX graph's outputs get). torch is imported at call time."""
+"""The torch module a profile describes (from its factory or a Hugging Face model, in eval mode, seeded) with example
+inputs, and its outputs flattened into named tensors in a fixed order. torch is imported at call time."""
 
 from __future__ import annotations
 
@@ -16,10 +15,8 @@ from pipeline.core.samples import make_inputs
 
 
 def build_module(profile: Profile) -> tuple[Any, tuple, Any, Profile]:
-    """The profile's torch model in eval mode, its example inputs, dynamic shapes (or None), and the
-    profile its export uses: a Hugging Face model (or a factory's, without example inputs) has its
-    forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py); an encoder-decoder's
-    part is its encoder or its decoder (pipeline/models/seq2seq.py)."""
+    """The profile's torch model, its example inputs, dynamic shapes (or None) and the profile its export uses: a
+    pretrained model's forward bound to the inputs by name, a decoder's cache inputs added (pipeline/models/decoder.py)."""
     from pipeline.core.generation import prompts
     from pipeline.models.decoder import generates, is_pretrained, prepare
     from pipeline.models.seq2seq import prepare_part
@@ -91,9 +88,8 @@ def default_example(profile: Profile) -> tuple:
 
 
 def run_module(module: Any, inputs: tuple, profile: Profile) -> Any:
-    """The model's output on `inputs` (torch tensors, the profile's order), without gradients. The model is
-    the user's: any exception its forward raises on the profile's inputs is theirs to fix, said in one line
-    naming the model's class and the input shapes (a ProfileError: exit 2, nothing written)."""
+    """The model's output on `inputs`, without gradients; any exception its forward raises is the user's to fix, said in
+    one line naming the model's class and the input shapes (a ProfileError: exit 2)."""
     import torch
 
     try:
@@ -110,16 +106,9 @@ def run_module(module: Any, inputs: tuple, profile: Profile) -> Any:
 
 
 def flatten_outputs(output: Any, profile: Profile, prefix: str = "") -> list[tuple[str, Any]]:
-    """A model's outputs as (name, tensor) pairs, in a fixed order.
-
-    A tensor alone is "output"; a ModelOutput or dict gives its keys in order, None values
-    skipped (BertModel: last_hidden_state, pooler_output; a classifier: logits); a tuple or
-    list gives output_0, output_1, ...; nested containers join names with "_" (hidden_states_0);
-    a transformers KV cache gives present.{i}.key / present.{i}.value. A number or an empty container
-    beside tensors is no graph output and is skipped (MaskFormer-Swin's spatial dims, SAM-HQ's empty list), and a
-    tensor returned twice is one output under its first name (FLAVA's image_embeddings is its image_output's
-    last_hidden_state: the exporter writes it once).
-    """
+    """A model's outputs as (name, tensor) pairs in a fixed order: "output", a dict's keys, output_0, ..., nested names
+    joined with "_", a KV cache's present.{i}.key/value. A number beside tensors is skipped (MaskFormer-Swin's spatial
+    dims), and a tensor returned twice is one output under its first name, as the exporter writes it once (FLAVA)."""
     flat, seen = [], set()
     for name, tensor in _tensors(output, profile, prefix):
         if id(tensor) not in seen:

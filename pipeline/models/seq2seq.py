@@ -1,25 +1,15 @@
-"""Encoder-decoders (T5, BART, mBART, Marian: `[model] task = "seq2seq-lm"`; Whisper: `"speech2seq-lm"`), one part a
-build: `[export] part = "encoder"` or `"decoder"` (a build without `part` makes both, each in a folder of its own).
+"""Encoder-decoders (T5, BART, Marian: task "seq2seq-lm"; Whisper: "speech2seq-lm"), one part a build (`[export] part`).
 
-- encoder: the profile's inputs (`input_ids`, `attention_mask`; Whisper's `input_features`) -> `last_hidden_state` and
-  each decoder layer's cross-attention keys and values, computed once a sequence: `present.{i}.encoder.key/value`
-  [batch, heads, encoder_seq, head_dim] (Optimum's names). They are what the model's own decoder writes into an empty
-  cross-attention cache on a dummy token (`encode`): no per-architecture table; the dummy step's self-attention and
-  logits reach no output and leave the graph as dead code.
-- decoder: one graph for every step, Optimum's decoder_with_past_model.onnx taking an empty self-attention cache too
-  (past_seq min 0): `input_ids` [batch, seq] (decoder tokens), `encoder_attention_mask` [batch, encoder_seq] (not
-  Whisper's), `past_key_values.{i}.decoder.key/value` [batch, heads, past_seq, head_dim] and
-  `past_key_values.{i}.encoder.key/value` (the encoder part's) -> `logits`, `present.{i}.decoder.key/value`. No If
-  node, no cross-attention projection of the encoder's states: one TensorRT engine, one optimization profile. Its
-  inputs are derived from the caches a prefill returns (`cache_layout`); dims: `encoder_seq` is the profile's `seq`
-  (the source length; Whisper's is fixed, the encoder's output length), `seq` the decoder tokens of one call
-  (`DECODER_SEQ`), `past_seq` the profile's `[dims.past_seq]`, else 0 to the source length's max within the decoder's
-  positions.
+- encoder: the profile's inputs -> `last_hidden_state` and each decoder layer's cross-attention keys and values,
+  `present.{i}.encoder.key/value` (Optimum's names): what the model's own decoder writes into an empty cross-attention
+  cache on a dummy token (`encode`), so no per-architecture table; the dummy step reaches no output.
+- decoder: one graph for every step, Optimum's decoder_with_past_model.onnx taking an empty self-attention cache too:
+  `input_ids`, `encoder_attention_mask` (not Whisper's), `past_key_values.{i}.decoder/encoder.key/value` -> `logits`,
+  `present.{i}.decoder.key/value`. No If node, no cross-attention projection: one engine, one optimization profile.
+  Dims: `encoder_seq` is the profile's `seq`, `seq` the decoder tokens of one call (`DECODER_SEQ`), `past_seq` see `past_range`.
 
-The decoder part's generation check (`check_decoder_generation`) runs the encoder part once in torch on the profile's
-encoder inputs and decodes greedily from `decoder_start_token_id`; the reference it saves keeps the encoder's inputs
-and its cross-attention caches, so later stages decode their decoder alone on them (`load_feeds`), and
-`end_to_end_generation` runs an encoder and a decoder file together. torch and transformers are imported at call time.
+The decoder's generation check runs the encoder in torch and saves its inputs and cross-attention caches with the
+reference, so later stages decode their decoder alone on them. torch and transformers are imported at call time.
 """
 
 from __future__ import annotations
@@ -62,10 +52,8 @@ def prepare_part(model: Any, profile: Profile) -> tuple[Any, Profile]:
 
 
 def encode(model: Any, named: dict[str, Any]) -> dict[str, Any]:
-    """The encoder part's outputs on the encoder inputs `named` (torch tensors by name): `last_hidden_state` and each
-    decoder layer's cross-attention keys and values, `present.{i}.encoder.key/value`: what the model's decoder (its
-    class's forward, whatever a part bound on the instance) writes into an empty cross-attention cache on one dummy
-    token. The dummy step's self-attention and logits reach no output."""
+    """The encoder part's outputs on `named` (module docstring), the decoder run through its class's forward, whatever a
+    part bound on the instance."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
 
@@ -171,11 +159,9 @@ def _bind_encoder(model: Any, profile: Profile) -> Any:
 
 
 def _bind_decoder(model: Any, profile: Profile, layers: int, hidden_size: int) -> Any:
-    """The whole model, its forward taking the decoder profile's inputs in order: the cache inputs become an
-    EncoderDecoderCache, its cross-attention half marked updated so that the given keys and values are read, not
-    computed; the returned self-attention cache `present.{i}.decoder.key/value`. A decoder layer runs its
-    cross-attention only when given encoder states (BART's, Whisper's): it gets zeros of their shape, which no
-    projection reads."""
+    """The whole model, its forward taking the decoder profile's inputs in order: the cross-attention cache marked updated,
+    so it is read, not computed; zeros stand for the encoder states a decoder layer needs to run its cross-attention
+    (BART's, Whisper's), which no projection reads."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
 
@@ -218,10 +204,8 @@ def start_ids(model: Any, rows: int, profile: Profile) -> np.ndarray:
 
 
 def check_decoder_generation(given: Profile, profile: Profile, model: Any, torch_run: Runner, session: Any, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch (`torch_run`: the model's decoder forward), followed by the exported decoder (`session`), on
-    the torch encoder part's cross-attention caches for the encoder profile `given`'s inputs: its picks must be torch's
-    at every step. torch's run, with the encoder's inputs and the caches and mask it fed, is saved to `reference_path` (if
-    given) for later stages and `end_to_end_generation`."""
+    """Greedy decoding with torch, followed by the exported decoder (`session`), on torch's cross-attention caches for
+    `given`'s encoder inputs: its picks must be torch's. torch's run and what it was fed are saved to `reference_path`."""
     from pipeline.core.generation import compare, follow, greedy, require_exact, save_reference
 
     started = time.perf_counter()
@@ -251,11 +235,9 @@ def cross_feeds(encoded: dict[str, np.ndarray], profile: Profile) -> dict[str, n
 
 
 def end_to_end_generation(encoder_onnx: Path, decoder_onnx: Path, reference: Path, profile: Profile) -> dict[str, Any]:
-    """An encoder and a decoder file on onnxruntime CPU following torch's greedy generation (the encoder once on the
-    reference's encoder inputs, giving the cross-attention caches; the decoder fed torch's tokens step by step on them and
-    its own cache), the decoder part's export reference (model.generation.npz): `compare`'s figures (token agreement, first
-    divergent step and row, ...). `profile`: the decoder part's (its derived inputs), or the user's, the cache inputs
-    then read from `decoder_onnx`."""
+    """An encoder and a decoder file on onnxruntime following the decoder export's reference (model.generation.npz), the
+    encoder run once on its inputs: `compare`'s figures. `profile`: the decoder part's, or the user's (the cache inputs
+    then read from `decoder_onnx`)."""
     from pipeline.core.generation import compare, follow, load_feeds, load_reference
     from pipeline.core.verify import OnnxSession
 

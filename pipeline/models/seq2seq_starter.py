@@ -18,10 +18,8 @@ EXPORT_COMMENT = ('a build makes the encoder and the decoder with past, each in 
 
 
 def task_of(transformers: Any, source: str, config: Any, task: str | None) -> str:
-    """The task init writes: the one asked for, else the one whose model class a checkpoint's config names (its
-    `architectures`: a GPT2LMHeadModel checkpoint keeps its LM head), else base; for an encoder-decoder its generation
-    head as transformers maps its config (seq2seq-lm, or speech2seq-lm for Whisper). Another head of an
-    encoder-decoder is refused."""
+    """The task init writes: the one asked for, else the one a checkpoint's `architectures` names, else base; for an
+    encoder-decoder its generation head (seq2seq-lm, or speech2seq-lm for Whisper), another head refused."""
     if not config.is_encoder_decoder:
         return task or _architecture_task(transformers, config) or "base"
     heads = [t for t in ENCODER_DECODER_TASKS if type(config) in getattr(transformers, AUTO_CLASSES[t])._model_mapping]

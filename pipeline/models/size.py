@@ -1,6 +1,5 @@
-"""Model size before memory: a Hugging Face model's parameters are counted on torch's `meta`
-device (no memory) before it is built, and a model whose export would not fit this machine is
-refused in one line. `init --hf MODEL_TYPE` writes `SMALL_CONFIG` instead of the default sizes.
+"""Model size before memory: a Hugging Face model whose export would not fit this machine is refused in one line, its
+parameters counted on torch's `meta` device; `init --hf MODEL_TYPE` writes `SMALL_CONFIG` instead of the default sizes.
 """
 
 from __future__ import annotations
@@ -63,12 +62,9 @@ INIT_STD = 0.02
 
 
 def small_config_fields(config: Any, cut_lists: bool = True) -> dict[str, Any]:
-    """The fields `init --hf MODEL_TYPE` writes to make `config` small, under the config's own names
-    (GPT-2: n_embd, n_layer, ...): SMALL_CONFIG's keys it has (a key it holds as a per-stage list
-    keeps the list), its per-stage and per-layer lists cut to SMALL_STAGES entries (depths to 1 block
-    each; `cut_lists` False: at their length, for an architecture whose stage count is fixed), rotary dims
-    within the head, the other feed-forward widths (experts') within intermediate_size's, images within
-    SMALL_IMAGE, special tokens within the vocabulary."""
+    """The fields `init --hf MODEL_TYPE` writes to make `config` small, under its own names (GPT-2: n_embd, ...): SMALL_CONFIG's
+    keys it has, its per-stage and per-layer lists cut to SMALL_STAGES (unless `cut_lists` is False: a fixed stage count), and
+    the other head and feed-forward widths, images and special tokens within the small sizes."""
     defaults = config.to_dict()
     if getattr(config, "is_encoder_decoder", False):
         return _encoder_decoder_fields(config, defaults)
@@ -115,10 +111,8 @@ def _small_parts(config: Any, cut_lists: bool) -> dict[str, dict[str, Any]]:
 
 
 def per_layer_fields(defaults: dict[str, Any], fields: dict[str, Any], layers: Any, kept_types: Any) -> dict[str, dict[str, Any]]:
-    """A heterogeneous config's per-layer overrides (Gemma 4's full-attention layers: a head twice as wide, one KV head)
-    for the `layers` the small config keeps, each size the small config sets scaled as its global value was. Where the
-    config names layer types, a kept layer takes the overrides of the first layer of its type in `kept_types` (the small
-    Gemma 4's full-attention layer is its second, the default's its sixth)."""
+    """A heterogeneous config's per-layer overrides (Gemma 4's full-attention layers) for the `layers` the small config keeps,
+    sizes scaled as the global ones were; a kept layer takes those of the first layer of its type in `kept_types`."""
     overrides = {int(index): values for index, values in defaults["per_layer_config"].items()}
     types = defaults.get("layer_types")
     kept: dict[str, dict[str, Any]] = {}
@@ -190,9 +184,8 @@ def _token_ids(config: Any) -> dict[str, Any]:
 
 
 def _shorter_lists(defaults: dict[str, Any], layers: Any) -> dict[str, Any]:
-    """Per-stage lists (those sharing the length of `depths`, or of most flat lists) and per-layer
-    lists (as long as the layer count) cut to SMALL_STAGES entries; depths to one block per stage;
-    run-length layer patterns ([[pattern, repeats]], gpt_neo's attention_types) to cover as many layers."""
+    """Per-stage lists (as long as `depths`, or as most flat lists) and per-layer lists cut to SMALL_STAGES entries, depths
+    to one block per stage; run-length layer patterns (gpt_neo's attention_types) to cover as many layers."""
     flat = {key: value for key, value in defaults.items() if isinstance(value, list) and len(value) > SMALL_STAGES
             and key not in DERIVED_LISTS and all(isinstance(v, (int, float, str)) for v in value)}
     lengths = [len(value) for value in flat.values()]

@@ -26,12 +26,9 @@ from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV, feed_noise, rand
 
 def starter_profile(source: str, task: str | None, name: str, profile_folder: Path, full_size: bool = False,
                     seconds: float = DEFAULT_SECONDS) -> str:
-    """The text of a profile for a Hugging Face model: `source` is a save_pretrained folder or a
-    model_type (random weights: a small config unless `full_size`). Inputs come from the config and
-    the task's forward (ids, mask and token types for text, pixel_values for images; a decoder's KV
-    cache as Optimum lays it out; an encoder-decoder's encoder inputs), dims from its limits; every choice
-    is commented. `task` None: base, or an encoder-decoder's generation head (pipeline/models/seq2seq_starter.py).
-    The work is done within `seconds` (pipeline/models/trial.py), else refused naming the step that ran out."""
+    """The text of a profile for a save_pretrained folder or a model_type (random weights, a small config unless
+    `full_size`): inputs from the config and the task's forward, dims from its limits, every choice commented. Done
+    within `seconds`, else refused naming the step that ran out."""
     try:
         with TimeBudget(seconds, "importing transformers and making the config"):
             return _starter_profile(source, task, name, profile_folder, full_size)
@@ -114,10 +111,9 @@ def _starter_config(transformers: Any, source: str, folder: Path, full_size: boo
 
 
 def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoint: bool, parts: str = "") -> None:
-    """Build the model the starter profile describes and run it once on inputs at the profile's max
-    dims (a checkpoint's at batch 1; batch 1 first, pipeline/models/trial.py): a profile `init` writes works. An encoder's seq max is first
-    lowered to the longest sequence the model takes, found by trying (xlm-roberta's positions start
-    after its padding index). A model that does not build or run is refused in one line."""
+    """Build the starter profile's model and run it at the profile's max dims (pipeline/models/trial.py), so that a profile
+    `init` writes works; an encoder's seq max first lowered to the longest it takes (xlm-roberta's positions start after
+    its padding index). A model that does not build or run is refused in one line."""
     import torch
 
     profile = Profile.model_validate({**document.unwrap(), "source": path})
@@ -158,13 +154,9 @@ def _check_runs(source: str, document: Any, path: Path, decoder: bool, checkpoin
 
 
 def choose_exporter(document: Any, path: Path, model_name: str) -> None:
-    """Export the model with the dynamo exporter as its build will (pipeline/export.py, into a scratch folder; not
-    checked against torch, which the build does) and make the profile one that exports: a dim the model's code fixes
-    (funnel's and mamba's seq) is written static at the size the export fixed it at; where the dynamo exporter fails
-    otherwise and the torchscript exporter exports and passes the export's check, the profile names that one (swin,
-    xlnet at their dynamic dims). Each change is commented; with neither exporter the profile keeps
-    dynamo, whose line its build prints. The trial is init's last step: where init's time budget runs out during it,
-    the profile the model ran on is written as it is, its comment saying the export was not tried."""
+    """Export the model as its build will (unchecked, into a scratch folder) and make the profile one that exports, with a
+    comment: a dim the model's code fixes (funnel's seq) written static; the torchscript exporter where only it exports
+    (swin, xlnet). With neither, or out of time, the profile keeps dynamo, whose line its build prints."""
     from pipeline.export import export_model, export_unchecked
     from pipeline.fixed_dims import DimFixed
 
@@ -222,10 +214,8 @@ SIZE_KEYS = {"hidden_size", "num_hidden_layers", "n_embd", "d_model", "n_layer",
 
 
 def _small_config(transformers: Any, model_type: str, default: Any, cut_lists: bool) -> tuple[Any, dict[str, Any]]:
-    """The model_type's config with init's small fields, and those fields. A field the config's
-    validation names is left at its default and the rest tried again, never the width or depth (a
-    default width is no small model: mamba2's forward took 10 GB); a refusal naming no other field
-    of ours is one line."""
+    """The model_type's config with init's small fields, and those fields; a field its validation names is left at its default
+    and the rest tried again, never the width or depth (a default width is no small model: mamba2's forward took 10 GB)."""
     try:
         small = small_config_fields(default, cut_lists)
         for _ in range(len(small)):

@@ -1,7 +1,5 @@
-"""init's trial run of the model a starter profile describes, bounded in time and memory: the whole of
-`init` runs under a time budget (pipeline/core/budget.py: the step running when it is spent is named in
-a one-line refusal), and the run at the profile's max dims is first made at batch 1, its peak memory
-scaled to the batch max and refused in one line when that would not fit the memory available.
+"""init's trial run of a starter profile's model, bounded in time (pipeline/core/budget.py) and memory: the run at the
+profile's max dims is first made at batch 1, and its peak memory times the batch max refused where it would not fit.
 """
 
 from __future__ import annotations
@@ -22,10 +20,8 @@ SECONDS_ENV = "PIPELINE_INIT_SECONDS"
 
 
 def run_at_max(model_name: str, bound: Any, profile: Profile, batch_one: bool = False) -> None:
-    """Run `bound` (the model's forward taking the profile's inputs in order) on inputs at the profile's
-    max dims (`batch_one`: at batch 1, a checkpoint's), at batch 1 first. Refuses (InputError) a batch max
-    whose projected peak memory, the batch-1 run's growth times the batch, exceeds the memory available
-    (where the peak cannot be reset, outside Linux, no projection is made)."""
+    """Run `bound` (the forward taking the profile's inputs in order) at the profile's max dims, batch 1 first (only, with
+    `batch_one`); refuses a batch max whose projected peak memory exceeds what is available (projected on Linux only)."""
     import torch
 
     from pipeline.core.memory import available_bytes, gib
