@@ -49,10 +49,6 @@ class TimeBudget:
             signal.signal(signal.SIGALRM, self._previous)
         _active = self._outer
 
-    def left(self) -> float:
-        """Seconds left (negative once spent)."""
-        return self._deadline - time.monotonic()
-
     def _expire(self, signum: int, frame: object) -> None:
         raise OutOfTime(self.step, self.seconds)
 
@@ -64,7 +60,7 @@ def step(name: str) -> Iterator[TimeBudget | None]:
     if budget is None:
         yield None
         return
-    if budget.left() <= 0:
+    if time.monotonic() >= budget._deadline:
         raise OutOfTime(name, budget.seconds)
     outer, budget.step = budget.step, name
     try:

@@ -47,9 +47,8 @@ class Generation:
 
 
 def decodes(profile: Profile, outputs: list[str]) -> bool:
-    """A decoder of any make (a transformers one is found by its cache): the profile feeds the model a KV cache
-    (`past_key_values.{i}.key/value`) and the model gives each back (`present.{i}.key/value`), or the model returns a
-    cache that no input feeds back (a prefill-only export: each step of the check recomputes the prefix)."""
+    """A decoder of any make: the profile feeds it a KV cache (`past_key_values.{i}.*`) it gives back (`present.{i}.*`), or
+    it returns a cache no input feeds back (a prefill-only export: each step of the check recomputes the prefix)."""
     past = [spec.name for spec in profile.inputs if PAST_INPUT.fullmatch(spec.name)]
     if not past:
         return any(PRESENT_OUTPUT.fullmatch(name) for name in outputs)
@@ -173,9 +172,8 @@ def follow(run: Runner, profile: Profile, reference: Generation, head: np.ndarra
 
 
 def compare(reference: Generation, candidate: Generation) -> dict[str, Any]:
-    """Token agreement of a `candidate` that `follow`ed the reference: the share of steps where it picks the reference's
-    token, the first step and batch row where it does not (None: none), and per-step figures of the scores of the
-    reference's `REFERENCE_TOP_K` most likely tokens."""
+    """Token agreement of a `candidate` that `follow`ed the reference, the first step and row where it picks another token,
+    and per-step figures of the scores of the reference's `REFERENCE_TOP_K` most likely tokens."""
     reference = reference.top()
     equal = reference.tokens == candidate.tokens
     differing = np.argwhere(~equal)

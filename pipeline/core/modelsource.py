@@ -70,8 +70,12 @@ def model_source(profile: Profile) -> dict[str, Any]:
         return {"factory": section.factory, "factory_source": sha256_file(path) if path else None, "kwargs": section.kwargs}
     folder = local_folder(profile) if section.hf is not None else None
     files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file()} if folder else None
+    return {"hf": section.hf, "hf_config": section.hf_config, "task": section.task, "files": files, "transformers": package_version("transformers")}
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of a distribution (None: not installed)."""
     try:
-        transformers_version = version("transformers")
+        return version(name)
     except PackageNotFoundError:
-        transformers_version = None
-    return {"hf": section.hf, "hf_config": section.hf_config, "task": section.task, "files": files, "transformers": transformers_version}
+        return None

@@ -139,9 +139,8 @@ def load_onnx(path: Path | str, what: str = "ONNX file", hint: str = HINT, weigh
 
 
 def constants_as_tensors(model) -> int:
-    """Rewrite (in place) the Constants written with a scalar or list attribute (value_int(s), value_float(s):
-    the dynamo exporter's) with the same values as a tensor `value`, the form onnxruntime's shape inference
-    and ModelOpt's Cast folding read; return how many were rewritten."""
+    """Rewrite in place the Constants with a value_int(s)/value_float(s) attribute (the dynamo exporter's) as a tensor `value`,
+    the form onnxruntime's shape inference and ModelOpt's Cast folding read; how many were rewritten."""
     import numpy as np
     from onnx import helper, numpy_helper
 

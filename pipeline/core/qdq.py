@@ -191,12 +191,9 @@ class QdqGraph(GraphIndex):
                 yield node, gemms, floats
 
     def float_skips(self, rules: PlacementRules) -> Iterator[tuple]:
-        """(Add, [GEMM/Conv], skip tensor or None) for each residual Add a quantized GEMM/Conv cannot take in INT8:
-        its skip input is float (None: the Add sums the float outputs of two quantized convolutions, which under
-        rules with `residual_skip` one of them should quantize). Under rules without it (transformers: the Add runs
-        in float inside the Myelin region), only a skip whose tensor already has a Q for another reader counts: that
-        Q/DQ serves the Add too; a new one would sit on a pre-LN transformer's LayerNorm input, which the same rules
-        keep in float."""
+        """(Add, [GEMM/Conv], float skip tensor, or None for two quantized convolutions' float outputs under `residual_skip`)
+        for each residual Add a quantized GEMM/Conv cannot take in INT8. Without `residual_skip` (transformers), only a skip
+        that already has a Q counts: a new one would sit on a pre-LN transformer's LayerNorm input, which stays float."""
         for node, gemms, _ in self.residual_adds(rules.epilogue_ops):
             quantized = [self.quantized_activation(i) is not None for i in node.input]
             if all(gemms):

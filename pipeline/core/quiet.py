@@ -51,10 +51,8 @@ _discard: list = []  # one os.devnull file for the process, opened when first ne
 
 @contextlib.contextmanager
 def _handlers_to(sink) -> Iterator[None]:
-    """Logging handlers bound to a stream of an earlier block write to `sink` for this one, and to nothing after it.
-    ModelOpt binds a StreamHandler to the sys.stdout of the moment it is imported (a stage's log, closed when that
-    stage ends): each later message went to the closed file, and Python printed "--- Logging error ---" with a
-    traceback into the next stage's log, a dozen per FP16 stage."""
+    """Logging handlers bound to an earlier block's stream write to `sink` for this one, and to nothing after it: ModelOpt's,
+    bound to the sys.stdout it was imported under (a closed stage log), printed "--- Logging error ---" a dozen times a stage."""
     if not _discard:
         _discard.append(open(os.devnull, "w"))  # noqa: SIM115 - kept open for the process
     for handler in _stream_handlers():

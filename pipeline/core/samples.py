@@ -95,9 +95,8 @@ def check_sizes(profile: Profile) -> list[dict[str, int]]:
 
 
 def stack_batches(profile: Profile, feed_sets: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """The feed sets concatenated along the batch axis, as many per run as the profile's dynamic
-    batch dim allows (one run instead of one per sample); unchanged when the inputs have no
-    common dynamic first dim."""
+    """The feed sets concatenated along the batch axis, as many per run as the dynamic batch dim allows; unchanged when the
+    inputs have no common dynamic first dim."""
     first = {spec.shape[0] for spec in profile.inputs}
     name = next(iter(first))
     if len(first) != 1 or not isinstance(name, str) or profile.dims[name].min == profile.dims[name].max or not feed_sets:
@@ -116,10 +115,8 @@ def stack_batches(profile: Profile, feed_sets: list[dict[str, np.ndarray]]) -> l
 
 
 def range_sizes(profile: Profile) -> list[dict[str, int]]:
-    """Named-dim sizes that reach every end of what the profile allows: min, opt, and each dynamic
-    dim at its max with the others at their min (so every dim takes its extremes and the dims take
-    unequal values, which is what a model with wrong symbolic shapes fails on). The all-max corner
-    is left out: on a CPU it can cost more than the rest of the build (bert-base: 32 x 512)."""
+    """min, opt, and each dynamic dim at its max with the others at their min: unequal extremes, what wrong symbolic shapes fail
+    on. Not the all-max corner, which on a CPU can cost more than the rest of the build (bert-base: 32 x 512)."""
     low = {name: d.min for name, d in profile.dims.items()}
     sets = [low, {name: d.opt for name, d in profile.dims.items()}]
     sets += [low | {name: d.max} for name, d in profile.dims.items() if d.min != d.max]
@@ -127,9 +124,8 @@ def range_sizes(profile: Profile) -> list[dict[str, int]]:
 
 
 def model_feeds(inputs: dict[str, tuple[str, list]], dynamic_sizes: tuple[int, ...] = (1, 3)) -> list[dict[str, np.ndarray]]:
-    """Zero feeds for an ONNX model's inputs ({name: (dtype, dims with None where dynamic)}), one set
-    per size in `dynamic_sizes` given to every dynamic dim: for checks without a profile (zeros are
-    valid token ids and masks)."""
+    """Zero feeds (valid token ids and masks) for checks without a profile: one set per size in `dynamic_sizes`, given to
+    every dynamic dim of `inputs` ({name: (dtype, dims with None where dynamic)})."""
     dynamic = any(d is None for _, dims in inputs.values() for d in dims)
     return [{name: np.zeros([d if d is not None else size for d in dims], dtype) for name, (dtype, dims) in inputs.items()}
             for size in (dynamic_sizes if dynamic else dynamic_sizes[:1])]
