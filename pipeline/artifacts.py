@@ -1,7 +1,6 @@
-"""A build's output folder, read through its manifest: each precision's model, engine, layer information and
-per-layer profile, as the stages recorded them. Only a stage that is usable (done, cached or skipped, not
-failed, interrupted or stale) gives its files, and only those still as it wrote them (sha256): a failed
-INT8 stage's old model.int8.onnx, or one edited since, is not INT8 of this build. `bench`, `diff` and the jobs cells find the files here."""
+"""A build's output folder, read through its manifest: each precision's model, engine, layer information and profile. Only
+a usable stage gives its files, and only those still as it wrote them (a failed INT8 stage's old model is not this
+build's). `bench`, `diff` and the jobs cells find the files here."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""A stage's code, computed: its entry's module and every module of ours that one imports, directly or
-not, each with the sha256 of its source.
-
-Every import statement counts, those inside functions too (the heavy ones are there), except those
-under `if TYPE_CHECKING:` (they never run). `from package import name` depends on the module
-`package.name` when there is one, else on the package's `__init__`; a package's `__init__` is not a
-dependency of its modules (importing `pipeline.stages.int8` runs `pipeline/stages/__init__.py`, the
-list of stages, which decides nothing of int8's result). Computed once per process.
+"""A stage's code: its entry's module and every module of ours it imports, directly or not (imports inside functions too,
+not those under `if TYPE_CHECKING:`), each with its source's sha256. `from package import name` depends on `package.name`
+when that is a module, else on the package's `__init__`; a package's `__init__` is no dependency of its modules (the list
+of stages decides nothing of int8's result). Computed once per process.
 """
 
 from __future__ import annotations

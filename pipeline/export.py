@@ -1,9 +1,5 @@
-"""Export stage: PyTorch model (profile factory or Hugging Face model) -> ONNX, verified against
-torch on onnxruntime CPU, output by output.
-
-A model may return a tensor, or a ModelOutput, dict, tuple or list of them (nested too): the
-outputs are flattened in a fixed order with stable names (`flatten_outputs`), which become the
-ONNX graph's output names with either exporter. torch is imported here only, at call time.
+"""Export stage: PyTorch model -> ONNX, verified against torch on onnxruntime CPU, output by output (flattened with stable
+names by `flatten_outputs`, the ONNX graph's output names with either exporter). torch is imported at call time.
 """
 
 from __future__ import annotations
@@ -48,9 +44,8 @@ class ExportResult:
 
 def export_model(profile: Profile, output: Path, exporter: str | None = None, status: Status = lambda _: None,
                  functions: list[str] | None = None, generation_reference: Path | None = None) -> ExportResult:
-    """Export the profile's model to `output` (atomically) and check it against torch. `functions`:
-    module class names exported as ONNX local functions (TorchScript exporter), one call per instance.
-    A decoder's greedy generation is checked too; `generation_reference`: where torch's is saved for later stages."""
+    """Export the profile's model to `output` and check it (and a decoder's generation, torch's saved to `generation_reference`)
+    against torch. `functions`: module classes exported as ONNX local functions (TorchScript exporter)."""
     exporter = exporter or profile.export.exporter
     if functions and exporter != "torchscript":
         raise InputError("--functions needs --exporter torchscript: torch's dynamo exporter does not export modules as ONNX functions")
@@ -94,9 +89,8 @@ def _draws_random(path: Path, model_class: str) -> InputError | None:
 
 
 def export_unchecked(profile: Profile, output: Path, exporter: str) -> None:
-    """The profile's model exported to `output` as export_model exports it, not checked against torch: init's trial of
-    an exporter (pipeline/models/starter.py), whose build checks it. A dim the graph runs at its opt size only is
-    refused as one the exporter fixed (DimFixed), so that init writes it static."""
+    """The profile's model exported as export_model does, unchecked (init's trial of an exporter); a dim the graph runs at
+    its opt size only is refused as DimFixed, so that init writes it static."""
     module, example, dynamic_shapes, profile = build_module(profile)
     with atomic_onnx(output) as tmp:
         _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, set())
@@ -114,7 +108,8 @@ def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, pro
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
     input_names = [spec.name for spec in profile.inputs]
-    output_names = _output_names(module, example, profile)
+    # one run on the example inputs: a model that does not run on its profile's inputs is the user's to fix (exit 2)
+    output_names = [name for name, _ in flatten_outputs(run_module(module, example, profile), profile)]
     shapes = _varargs_shapes(dynamic_shapes or _dynamo_shapes(profile), module) if exporter == "dynamo" else None
     try:  # the torchscript exporter prints its IR on failure: keep it out of the one-line error
         with warnings.catch_warnings(), captured(), _flat_forward(module, profile):
@@ -169,12 +164,6 @@ def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, 
     return None
 
 
-def _output_names(module: Any, example: tuple, profile: Profile) -> list[str]:
-    """The names of the model's flattened outputs, from one run on the example inputs; a model that does not run on
-    the inputs its profile describes is the user's to fix (exit 2), not a bug of ours."""
-    return [name for name, _ in flatten_outputs(run_module(module, example, profile), profile)]
-
-
 def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None) -> dict[str, Any]:
     """Greedy decoding with torch, followed by the exported file on onnxruntime (`session`; pipeline/core/generation.py):
     its picks must be torch's at every step. torch's run is saved to `reference_path` (if given) for later stages."""
@@ -227,11 +216,9 @@ def _torch_runner(module: Any, profile: Profile) -> Callable[[dict[str, np.ndarr
 
 @contextlib.contextmanager
 def _one_thread(torch: Any) -> Iterator[None]:
-    """torch on one thread while it decodes. A decode step feeds one token per row: its operations are
-    too small to share, yet torch splits them (its CPU flash attention, one parallel region per layer
-    and step), and each split waits for a second core: 10x the decode time on a 2-core machine with
-    one other busy process, and seconds under more load. One thread also makes the reference the
-    same on any machine: a GEMM split across threads rounds differently (1e-6 relative, larger models)."""
+    """torch on one thread while it decodes: a decode step's operations are too small to share, yet torch splits them and
+    each split waits for a core (10x the decode time on a loaded 2-core machine); and a GEMM split across threads rounds
+    differently, so one thread makes the reference the same on any machine."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -1,10 +1,6 @@
-"""Dims the dynamo exporter fixed although the profile declares them dynamic.
-
-torch.export refuses a dim the model's code specializes ("you marked seq as dynamic but your code specialized it to
-be a constant"), but torch.onnx.export then retries with torch's suggested fix, the example's size: the ONNX file
-takes that one size and onnxruntime refuses every other. This module reads, during the export, where torch added
-the guard that fixed the dim (its symbolic-shapes log names the source line), and checks the exported graph's
-inputs against the profile's dims: a fixed one is refused in one line (`DimFixed`).
+"""Dims the dynamo exporter fixed although the profile declares them dynamic: where the model's code specializes a dim,
+torch.onnx.export retries at the example's size, and the file takes that one size only. The exported inputs are checked
+against the profile's dims, a fixed one refused in one line (`DimFixed`) naming the guard's source line from torch's log.
 """
 
 from __future__ import annotations

@@ -74,21 +74,14 @@ def _profile_source(profile) -> Optional[str]:
     return str(Path(argument).resolve()) if isinstance(argument, Path) else None
 
 
-def _missing_folders(folder: Path) -> list[Path]:
-    """`folder` and those of its parents that do not exist yet, deepest first."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
-
-
 @contextlib.contextmanager
 def _leave_as_found_on_bad_input(folder: Path, files: Sequence[str]) -> Iterator[None]:
-    """A build that stops on bad input (exit 2) removes the files of `files` (its manifest, ...) and the folders it
-    created, when nothing else was written there: such a manifest records only the refusal, which the error line
-    already says."""
-    created = _missing_folders(folder)
+    """A build that stops on bad input (exit 2) removes `files` (its manifest, ...) and the folders it created when nothing
+    else was written there: such a manifest records only the refusal, which the error line already says."""
+    created, missing = [], folder  # `folder` and those of its parents that do not exist yet, deepest first
+    while not missing.exists() and missing != missing.parent:
+        created.append(missing)
+        missing = missing.parent
     new = [folder / name for name in files if not (folder / name).exists()]
     try:
         yield

@@ -1,9 +1,5 @@
-"""Ctrl-C, noticed however deep it lands.
-
-A KeyboardInterrupt raised inside a third-party import or `except` block can surface as
-another exception (e.g. `module 'torch._dynamo' has no attribute 'exc'`). The SIGINT handler
-records that the user interrupted, so the run is reported as interrupted (exit 130) whatever
-exception finally reaches the top.
+"""Ctrl-C, noticed however deep it lands: a KeyboardInterrupt inside a third-party import can surface as another exception
+(`module 'torch._dynamo' has no attribute 'exc'`), so the SIGINT handler records it and the run is reported interrupted.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""One build at a time per output folder: an exclusive lock on `<out>/.lock`.
-
-The lock is an advisory `flock` held for the whole run; the kernel releases it when the
-process ends, however it ends (kill -9 included), so a stale lock never blocks a build. The
-holder removes the file before it lets go, so a finished or failed run leaves no `.lock`; a run
-that got the lock on a file its holder has since removed tries again on the new file. The file
-holds the holder's pid, start time and command line, for the message the next run prints.
+"""One build at a time per output folder: an advisory `flock` on `<out>/.lock` for the whole run, which the kernel releases
+however the process ends (no stale lock). The holder removes the file before letting go (a waiter that then holds a removed
+file tries again); the file holds its pid, start time and command line for the next run's message.
 """
 
 from __future__ import annotations

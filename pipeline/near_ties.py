@@ -1,10 +1,6 @@
-"""Near ties in a model's discrete choices, for the export check: a mixture of experts routes each token to
-the experts whose router scores are its top k (torch.topk). Where the k-th and the (k+1)-th score differ by
-less than the float rounding the check tolerates, torch's pick is arbitrary: onnxruntime, rounding the same
-sum in another order, may route the token elsewhere, and that token (and, through attention, the ones after
-it) then differs by the size of the outputs, not by rounding. GraniteMoE-Hybrid's small config met a margin
-of 4e-8 on the export check's inputs. Such inputs cannot tell a faithful export from a wrong one, so the
-check draws others (pipeline/export.py).
+"""Near ties in a mixture of experts' routing (torch.topk), for the export check: where the k-th and (k+1)-th router scores
+differ by less than float rounding, onnxruntime may route a token elsewhere and differ by the size of the outputs
+(GraniteMoE-Hybrid met a margin of 4e-8). Such inputs cannot tell a faithful export from a wrong one: the check draws others.
 """
 
 from __future__ import annotations

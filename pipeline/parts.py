@@ -1,12 +1,7 @@
-"""A build of several models: an encoder-decoder's encoder and decoder (`Profile.parts`), each made by the usual
-stages into a build folder of its own, then checked together by greedy generation.
-
-OUT/<part>/ is a complete build folder (manifest.json, models, engines: `report`, `diff`, `bench`, `compare` and
-`jobs` take it as any other) whose profile, OUT/<part>/profile.toml, is the user's with `[export] part = "<part>"`.
-OUT/manifest.json lists the parts and records the end-to-end check: for every precision both parts have a model
-of, the encoder's and the decoder's ONNX models generate together, compared token by token with torch's
-greedy generation (the decoder export's reference). It holds no stages, so a command given OUT where one
-model's folder is needed says which folders to pass (pipeline/core/manifest.py).
+"""A build of several models: an encoder-decoder's encoder and decoder (`Profile.parts`), each built into a complete build
+folder OUT/<part>/ whose profile.toml is the user's with `[export] part`, then checked together. OUT/manifest.json lists
+the parts and records, for every precision both parts have, their greedy generation together against torch's; it holds
+no stages (a command given OUT where one model's folder is needed says which to pass).
 """
 
 from __future__ import annotations
@@ -30,10 +25,8 @@ CHECK = "e2e"  # the label of the end-to-end lines
 
 
 def build_parts(profile: Profile, out_dir: Path, folder: FolderBuild) -> tuple[Path, list[StageRecord]]:
-    """Build each part of `profile` into out_dir/<part> (encoder, then decoder), then check their generation
-    together; return the top manifest's path and the records of the stages run. A part that fails a check does
-    not keep the other from building (they are models of their own, as a single build's independent stages are);
-    the first failure is raised at the end. Bad input, a bug, Ctrl-C or --strict stop the build at once."""
+    """Build each part of `profile` into out_dir/<part>, then check their generation together; the top manifest's path and
+    the records of the stages run. A part failing a check does not stop the other (the first failure is raised at the end)."""
     from pipeline.core.fileio import write_json
 
     profiles = {part: part_profile(profile, part, out_dir / part) for part in profile.parts}  # refused before anything is written

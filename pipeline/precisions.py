@@ -1,13 +1,7 @@
-"""The precisions, each declared once: everything else (the build and quantize flags, the stage list,
-the settings' gates, the engines built, bench, jobs, diff, the Docker hint) follows from `PRECISIONS`.
-
-A precision other than FP32 is made by the stage of its own name (`module`: its declaration `STAGE` and
-the standalone `quantize_command` that `python -m pipeline quantize --<name>` calls), writes
-`model.<name>.onnx` (the stage's `onnx` output) and is built into `<name>.engine`. FP32 is the optimize
-stage's model: always built, the reference of every gate. Adding a precision is one entry here and its
-stage module (docs/stages.md, "Adding a precision").
-
-Pure data: importing this module imports nothing else (the CLI reads it at start-up).
+"""The precisions, each declared once: the flags, stages, gates, engines, bench, jobs and diff follow from `PRECISIONS`.
+A precision other than FP32 is made by the stage `module` of its name (its `STAGE` and `quantize_command`) into
+`model.<name>.onnx` and built into `<name>.engine`; FP32 is the optimize stage's model, the reference of every gate
+(docs/stages.md, "Adding a precision"). Pure data: it imports nothing else (the CLI reads it at start-up).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The stage runner: runs stages in order, caches unchanged ones, records each in the manifest.
-
-A stage declares what decides its result (pipeline/stage.py: the settings it reads, the earlier
-stages' files, its entry, whose import closure is its code, and package versions); its fingerprint
-is made from exactly that.
-It is cached when the fingerprint equals the one recorded by its last successful run and its
-outputs are still the files it wrote (same sha256); `force` reruns it. A stage that runs
-again records (and prints) which part of its declaration changed. Whatever ends a stage is recorded: `done`, `skipped`, `failed`
-(a check, bad input or a bug) or `interrupted` (Ctrl-C). Records of stages this run did not
-run are kept; those downstream of a stage that ran again are marked `stale`.
+"""The stage runner: runs stages in order, caches unchanged ones, records each in the manifest. A stage's fingerprint is made
+from exactly what it declares (pipeline/stage.py); it is cached when that matches its last success and its outputs are
+still the files it wrote, else it reruns and says which part changed. Whatever ends a stage is recorded; records of
+stages this run did not run are kept, those downstream of a stage that ran again marked `stale`.
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ from pipeline.core import rss
 from pipeline.core.errors import CapabilityMissing, PipelineError, StageFailed
 from pipeline.core.fileio import external_data_file, sha256_file, sha256_json
 from pipeline.core.manifest import USABLE, StageRecord
+from pipeline.core.modelsource import package_version
 from pipeline.core.text import printable
 from pipeline.models.decoder import apply_derived
 from pipeline.settings import Settings
@@ -48,9 +43,8 @@ def downstream(stages: Sequence[Stage], stage: str) -> set[str]:
 
 
 class Runner:
-    """Runs a plan of stages. `catalogue`: every stage there is (default: the plan's), in pipeline order; the
-    manifest keeps its records in that order, and records of earlier runs go stale along their graph. `part`: the
-    sub-model this run builds (pipeline/parts.py), which begins each of its lines."""
+    """Runs a plan of stages. `catalogue`: every stage there is (default: the plan's), in the manifest's order, whose graph
+    earlier records go stale along; `part`: the sub-model this run builds (pipeline/parts.py), which begins each line."""
 
     def __init__(self, ctx: Context, console: Console, force: bool = False, strict: bool = False, catalogue: Sequence[Stage] = (),
                  part: str = ""):
@@ -81,9 +75,8 @@ class Runner:
         return records
 
     def _run_all(self, stages: list[Stage], until: str | None, progress: Progress, records: list[StageRecord]) -> list[StageFailed]:
-        """Run the stages in order. A stage that fails its check (StageFailed) does not stop the others: the stages
-        that read it, directly or not, are not run, the rest are (an INT4 failure no longer keeps BF16 from running).
-        Anything else (bad input, a bug, Ctrl-C, --strict) stops the run at once."""
+        """Run the stages in order; a failed check (StageFailed) stops only the stages that read it, directly or not (an INT4
+        failure does not keep BF16 from running). Anything else stops the run at once."""
         failures: list[StageFailed] = []
         blocked: dict[str, str] = {}  # stage -> the failed stage it reads
         for stage in stages:
@@ -227,9 +220,8 @@ class Runner:
                    for label, relative in previous.outputs.items())
 
     def _remove_outputs(self, previous: StageRecord | None) -> None:
-        """A stage that fails or is interrupted takes away the files of its earlier success: the folder holds no
-        model the manifest does not vouch for. Only files it wrote into the folder, unchanged since (a skipped
-        export's file is the user's; a file edited by hand is theirs now)."""
+        """A stage that fails or is interrupted takes away the files its earlier success wrote into the folder, unchanged since
+        (a file edited by hand is the user's): the folder holds no model the manifest does not vouch for."""
         if previous is None or previous.status not in ("done", "cached"):
             return
         base = self.ctx.manifest.path.parent.resolve()
@@ -281,15 +273,6 @@ def describe_change(name: str, before: Any, now: Any) -> str:
         return ", ".join(parts) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
     values = f" ({json.dumps(before)} -> {json.dumps(now)})"
     return name + (values if len(values) <= 80 else "")
-
-
-def package_version(name: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(name)
-    except PackageNotFoundError:
-        return None
 
 
 def _seconds(started: float) -> float:

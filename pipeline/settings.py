@@ -1,15 +1,7 @@
-"""The settings a stage reads, resolved once from the profile and the command line.
-
-Every setting a stage may read has a name here (`dims`, `quant.preset`, `build.builder`,
-`calib`, ...). A stage declares the names it reads; it receives a `Settings` object holding
-exactly those, and the runner puts exactly those in the stage's fingerprint. Reading anything
-else (a profile section or field, a command-line option) raises `UndeclaredSetting`, so a
-stage cannot depend on a setting that its cache key leaves out.
-
-Command-line options override the profile field they stand for (`--preset` -> `quant.preset`,
-`--min-cosine` -> every precision's `quant.min_cosine_<precision>` (pipeline/precisions.py), `--verbosity` ->
-`build.verbosity`, export's `--exporter` -> `export`); the rest are settings of their own (`onnx`, `calib`, `precisions`,
-`weak_fp16`, `repair`). A setting naming a file (`onnx`, `calib`) is keyed by the file's sha256 too.
+"""The settings a stage reads, resolved once from the profile and the command line. A stage declares the names it reads
+(`dims`, `quant.preset`, `calib`, ...); its `Settings` holds exactly those, the runner keys its cache on exactly those, and
+reading anything else raises `UndeclaredSetting`, so no stage depends on a setting its cache key leaves out. An option
+overrides the profile field it stands for (`--preset` -> `quant.preset`); a file setting is keyed by its sha256 too.
 """
 
 from __future__ import annotations
@@ -49,11 +41,6 @@ class UndeclaredSetting(Exception):
     """A stage read a setting it did not declare: a bug in the stage (its cache key would miss it)."""
 
 
-def _onnx_source(profile: Profile, options: Options) -> Path | None:
-    """The ONNX file to start from: --onnx, else the profile's `model.onnx`."""
-    return Path(options.onnx).resolve() if options.onnx else profile.onnx_path()
-
-
 def _model_key(profile: Profile, options: Options) -> Any:
     """The model section and, for a PyTorch model, the factory's source (or the Hugging Face model) it builds."""
     if not profile.model.from_pytorch:
@@ -61,11 +48,6 @@ def _model_key(profile: Profile, options: Options) -> Any:
     from pipeline.core.modelsource import model_source
 
     return {"section": profile.model.model_dump(mode="json"), "source": model_source(profile)}
-
-
-def _precisions(profile: Profile, options: Options) -> tuple[str, ...]:
-    """The precisions built into engines: FP32 always, the others when their flag asks."""
-    return tuple(p.name for p in precisions.PRECISIONS if p.module is None or p.name in options.precisions)
 
 
 @dataclass(frozen=True)
@@ -112,9 +94,10 @@ def check_gates(profile: Profile) -> None:
 def settings_registry() -> dict[str, Setting]:
     """Every setting a stage may declare, by name (the gates follow the precisions)."""
     settings = [
-        Setting("onnx", _onnx_source, file=True),
+        Setting("onnx", lambda p, o: Path(o.onnx).resolve() if o.onnx else p.onnx_path(), file=True),  # --onnx, else the profile's
         Setting("calib", lambda p, o: Path(o.calib).resolve() if o.calib else None, file=True),
-        Setting("precisions", _precisions),
+        # the precisions built into engines: FP32 always, the others when their flag asks
+        Setting("precisions", lambda p, o: tuple(x.name for x in precisions.PRECISIONS if x.module is None or x.name in o.precisions)),
         Setting("weak_fp16", lambda p, o: o.weak_fp16),
         Setting("repair", lambda p, o: o.repair),
         Setting("model", lambda p, o: p.model, key=_model_key),

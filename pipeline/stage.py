@@ -1,10 +1,6 @@
-"""What a stage declares (`Stage`, `Input`) and what its run receives (`Job`) and returns (`StageResult`).
-
-A stage declares what decides its result: the settings it reads (pipeline/settings.py), the earlier
-stages' files it reads (`inputs`, which are also the stage graph: a stage is out of date when one of
-them ran again), and the package versions it depends on. Its code is its entry's module and every
-module of ours that one imports (pipeline/codekeys.py). The runner (pipeline/runner.py) keys the
-stage's cache on exactly that.
+"""What a stage declares (`Stage`, `Input`: what decides its result, on which the runner keys its cache) and what its run
+receives (`Job`) and returns (`StageResult`). Its `inputs` are also the stage graph: a stage is out of date when one of
+them ran again.
 """
 
 from __future__ import annotations
@@ -47,21 +43,14 @@ class Input:
 
 @dataclass(frozen=True)
 class Stage:
-    """A stage declares what decides its result; the runner keys its cache on exactly that.
-
-    run: its entry; its module and what that imports of ours are the stage's code.
-    reads: the settings it reads (names in pipeline/settings.py); its `Settings` holds only these.
-    inputs: the earlier stages' outputs it reads ("stage.label", or an `Input` read under a condition).
-    packages: distributions whose version decides its result.
-    cached: False for stages that depend on this machine or are cheap: they always run.
-    """
+    """A stage declares what decides its result; the runner keys its cache on exactly that."""
 
     name: str
-    run: Callable[[Job], StageResult]
-    reads: tuple[str, ...] = ()
-    inputs: tuple[str | Input, ...] = ()
-    packages: tuple[str, ...] = ()
-    cached: bool = True
+    run: Callable[[Job], StageResult]  # its entry: its module and what that imports of ours are the stage's code
+    reads: tuple[str, ...] = ()  # the settings it reads (pipeline/settings.py); its `Settings` holds only these
+    inputs: tuple[str | Input, ...] = ()  # the earlier stages' outputs it reads ("stage.label", or an `Input`)
+    packages: tuple[str, ...] = ()  # distributions whose version decides its result
+    cached: bool = True  # False for stages that depend on this machine or are cheap: they always run
     key_metric: Callable[[dict[str, Any]], str] = lambda metrics: ""
 
     def declared_inputs(self) -> tuple[Input, ...]:

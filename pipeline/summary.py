@@ -1,10 +1,6 @@
-"""What `build` prints after its stage lines: the next step, once.
-
-A stage skipped for want of TensorRT records the Docker command that runs it (the manifest keeps
-the whole reason); the stage lines show the reason without it, and the command is printed once,
-under them. When the engine stages were skipped on the default profile, the build ends with the
-report of a real TensorRT 10.10 engine of this very model (tests/data/trt), so a first run on a
-CPU machine still shows what the engine stages would tell.
+"""What `build` prints after its stage lines: the Docker command a skip for want of TensorRT records, once (the stage lines
+show the reason without it); and, where the default profile's engine stages were skipped, the report of a real TensorRT
+10.10 engine of this very model (tests/data/trt), so a first run on a CPU still shows what they would tell.
 """
 
 from __future__ import annotations
