@@ -37,8 +37,7 @@ def attention_scores(model, graph: GraphIndex, shapes: dict[str, list[int | None
 
 
 def _without_weights(model):
-    """A copy of `model` whose large initializers keep their type and shape but not their data:
-    shape inference then costs milliseconds instead of serializing every weight."""
+    """A copy of `model` whose large initializers keep type and shape, not data: shape inference then takes milliseconds."""
     import math
 
     import onnx

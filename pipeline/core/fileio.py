@@ -1,9 +1,6 @@
-"""Files in and out: atomic writes, readable-input checks, OS errors as one actionable line.
-
-A file we write is either complete or absent, never half written: it is written to a
-temporary file beside the target (named `.<target>.<random>.tmp`) and renamed onto it.
-Only regular files are replaced: a directory, a device (`/dev/null`) or a pipe given as an
-output is refused, and a symlink is replaced, never written through.
+"""Files in and out: atomic writes, readable-input checks, OS errors as one actionable line. A file we write is complete or
+absent: written to `.<target>.<random>.tmp` beside it and renamed onto it. Only regular files are replaced (a directory,
+device or pipe given as an output is refused; a symlink is replaced, never written through).
 """
 
 from __future__ import annotations
@@ -71,9 +68,7 @@ def check_output_target(target: Path) -> None:
 def check_outputs(outputs: list[Path | None], inputs: list[Path | None]) -> None:
     """Before long work: each output can be written as a file and none of them is an input."""
     sources = {Path(p).resolve() for p in inputs if p is not None}
-    for output in outputs:
-        if output is None:
-            continue
+    for output in filter(None, outputs):
         check_output_target(Path(output))
         if Path(output).resolve() in sources:
             raise InputError(f"{output}: is also an input of this command; write the result to another file (inputs are never modified)")
@@ -124,18 +119,13 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
     """Delete temporary files and work folders of our own naming left in `folder` by a killed run."""
     import shutil
 
-    removed = []
-    if not folder.is_dir():
-        return removed
-    for path in folder.iterdir():
-        if not TEMP_NAME.match(path.name) or path.is_symlink():
-            continue
+    stale = [path for path in folder.iterdir() if TEMP_NAME.match(path.name) and not path.is_symlink()] if folder.is_dir() else []
+    for path in stale:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-        removed.append(path)
-    return removed
+    return stale
 
 
 def require_file(path: Path | str, what: str, hint: str) -> Path:
@@ -161,8 +151,7 @@ def external_data_file(model: Path) -> Path:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """sha256 of a file; of an ONNX model with its external data file beside it, of both (model, then data),
-    so a manifest that records it vouches for the weights too."""
+    """sha256 of a file, and of an ONNX model's external data beside it: a manifest recording it vouches for the weights too."""
     path = Path(path)
     data = external_data_file(path)
     parts = [path, data] if path.suffix == ".onnx" and data.is_file() else [path]

@@ -122,8 +122,7 @@ def _next_token_scores(outputs: dict[str, np.ndarray], head: np.ndarray | None, 
 
 
 def embedding_head(model: Any) -> np.ndarray | None:
-    """The input embedding matrix [vocab, hidden] of an ONNX model (the Gather that reads input_ids,
-    through Casts and reshapes, from an initializer), or None."""
+    """The input embedding matrix [vocab, hidden] of an ONNX model (the initializer the Gather of input_ids reads), or None."""
     graph = GraphIndex.of(model)
     sources = {"input_ids"}
     for node in graph.nodes:  # follow input_ids through Casts and reshapes (GPT-2 views them as [-1, seq])

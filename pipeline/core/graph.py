@@ -26,15 +26,11 @@ class GraphIndex:
         self.nodes = tuple(nodes)
         self.initializers = MappingProxyType(dict(initializers))
         self.outputs = tuple(outputs)
-        producers: dict[str, int] = {}
+        producers = {tensor: position for position, node in enumerate(self.nodes) for tensor in node.output if tensor}
         readers: dict[str, list[int]] = {}
         for position, node in enumerate(self.nodes):
-            for tensor in node.output:
-                if tensor:
-                    producers[tensor] = position
-            for tensor in node.input:
-                if tensor:
-                    readers.setdefault(tensor, []).append(position)
+            for tensor in filter(None, node.input):
+                readers.setdefault(tensor, []).append(position)
         self.producers = MappingProxyType(producers)  # tensor -> position of the node that makes it
         self.readers = MappingProxyType({tensor: tuple(positions) for tensor, positions in readers.items()})  # tensor -> positions reading it
 

@@ -23,8 +23,7 @@ SMALLEST_EXTERNAL_TENSOR = 1024  # bytes: smaller weights stay in the model file
 
 
 def external_data_threshold() -> int:
-    """Bytes of weights above which a model is written with external data ($PIPELINE_EXTERNAL_DATA_BYTES, e.g.
-    0 to force it on a small model)."""
+    """Bytes of weights above which a model is written with external data ($PIPELINE_EXTERNAL_DATA_BYTES, e.g. 0 to force it on a small model)."""
     value = os.environ.get(EXTERNAL_DATA_ENV, "").strip()
     if not value:
         return DEFAULT_EXTERNAL_DATA_BYTES
@@ -172,8 +171,7 @@ def external_tensors(model) -> list[tuple[str, str, int, int | None]]:
 
 
 def stored_bytes(path: Path, model=None) -> int:
-    """Bytes of an ONNX file and of the external data files its weights are in: the model as stored (`model`: the file
-    parsed without its weights, where the caller has it)."""
+    """Bytes of an ONNX file and its external data files (`model`: the file parsed without weights, where the caller has it)."""
     import onnx
 
     model = model if model is not None else onnx.load(str(path), load_external_data=False)

@@ -310,9 +310,7 @@ class Profile(_Section):
 
     def onnx_path(self) -> Path | None:
         """The profile's ONNX file, relative paths taken from the profile's folder."""
-        if self.model.onnx is None:
-            return None
-        return (self.folder / self.model.onnx).resolve()
+        return (self.folder / self.model.onnx).resolve() if self.model.onnx is not None else None
 
 
 def available_profiles() -> list[str]:

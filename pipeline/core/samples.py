@@ -61,8 +61,7 @@ def _fill(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...]) -> 
 
 
 def synthetic(profile: Profile, samples: int, seed: int, axes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """`samples` random valid feeds at the profile's opt shapes, concatenated along each input's batch axis
-    (`axes`, see `batch_axes`; axis 0 where not given)."""
+    """`samples` random feeds at opt shapes, concatenated along each input's batch axis (`axes`, see `batch_axes`; else 0)."""
     feeds = [make_inputs(profile, seed=seed + i) for i in range(samples)]
     return {name: np.concatenate([f[name] for f in feeds], axis=(axes or {}).get(name, 0)) for name in feeds[0]}
 
@@ -95,8 +94,7 @@ def check_sizes(profile: Profile) -> list[dict[str, int]]:
 
 
 def stack_batches(profile: Profile, feed_sets: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """The feed sets concatenated along the batch axis, as many per run as the dynamic batch dim allows; unchanged when the
-    inputs have no common dynamic first dim."""
+    """The feed sets joined along the batch axis, as many a run as a common dynamic first dim allows; unchanged without one."""
     first = {spec.shape[0] for spec in profile.inputs}
     name = next(iter(first))
     if len(first) != 1 or not isinstance(name, str) or profile.dims[name].min == profile.dims[name].max or not feed_sets:

@@ -26,11 +26,8 @@ def node_scope(name: str, metadata: dict[str, str]) -> tuple[str, ...]:
         except (ValueError, SyntaxError):
             paths = []
         modules = paths[1:-1]  # drop the root '' and the FX node's own name
-        parts, previous = [], ""
-        for module in modules:
-            parts.append(module[len(previous) + 1 :] if previous and module.startswith(previous + ".") else module)
-            previous = module
-        return tuple(parts)
+        return tuple(module[len(previous) + 1 :] if previous and module.startswith(previous + ".") else module
+                     for previous, module in zip(["", *modules], modules))
     return scope_of_name(name)
 
 

@@ -116,8 +116,7 @@ def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, n
 
 
 def differences(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> tuple[float, float]:
-    """(max |reference - candidate|, the same divided by each output's largest magnitude where above 1, as export's
-    tolerance is) over all outputs and feed sets."""
+    """(max |reference - candidate|, the same relative to each output's largest magnitude above 1) over all outputs and feeds."""
     expected, actual = OnnxSession(reference, as_written=True), OnnxSession(candidate, as_written=True)
     worst = scaled = 0.0
     for feeds in feed_sets:
