@@ -26,8 +26,7 @@ class Built:
 
 
 def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
-    """The profile a build folder records (as --profile takes it) and its precisions that have a model, by name
-    (registry order)."""
+    """The profile a build folder records (as --profile takes it) and its precisions that have a model, by name (registry order)."""
     path = Path(folder) / "manifest.json"
     if not path.is_file():
         raise InputError(f"{folder}: no manifest.json, so not a build's output folder; run `python -m pipeline build --out {folder}` first")
@@ -51,8 +50,7 @@ def read_build(folder: Path) -> tuple[str, dict[str, Built]]:
 
 
 def recorded_profile(path: Path) -> str | None:
-    """The profile the build of `path` (a build folder, or a file in one) records, as --profile takes it; None
-    when it is not in a build folder."""
+    """The profile the build of `path` (a build folder, or a file in one) records, as --profile takes it; None when it is not in a build folder."""
     manifest = (path if path.is_dir() else path.parent) / "manifest.json"
     return Manifest.load_or_new(manifest, "").profile_argument if manifest.is_file() else None
 
@@ -77,7 +75,12 @@ def fixed_feeds_beside(path: Path) -> dict | None:
     on, from the generation reference of the build holding `path`; None elsewhere."""
     from pipeline.core.generation import load_feeds
 
-    manifest_path = path.parent / "manifest.json"
-    export = Manifest.load_or_new(manifest_path, "").get("export") if manifest_path.is_file() else None
-    reference = manifest_path.parent / export.outputs["generation"] if export and export.status in USABLE and "generation" in export.outputs else None
-    return (load_feeds(reference)["fixed"] or None) if reference is not None and reference.is_file() else None
+    reference = generation_reference(path.parent)
+    return (load_feeds(reference)["fixed"] or None) if reference is not None else None
+
+
+def generation_reference(folder: Path) -> Path | None:
+    """The export's torch generation (model.generation.npz) of the build in `folder`, when its export is usable."""
+    manifest = Manifest.load_or_new(folder / "manifest.json", "")
+    record, path = manifest.get("export"), manifest.output_path("export", "generation")
+    return path if record is not None and record.status in USABLE and path is not None and path.is_file() else None

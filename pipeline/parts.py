@@ -102,12 +102,11 @@ def _reaches_optimize(folder: FolderBuild) -> bool:
 
 
 def generation_checks(profile: Profile, out_dir: Path, folder: FolderBuild) -> list[dict[str, Any]]:
-    """The end-to-end generation check of every precision both parts have a model of (FP32: the optimized models),
-    each printed as a line and returned as a record."""
-    from pipeline.artifacts import read_build
+    """Every precision both parts have a model of (FP32: the optimized ones) checked end to end, printed and returned as records."""
+    from pipeline.artifacts import generation_reference, read_build
 
     builds = {part: read_build(out_dir / part)[1] for part in profile.parts}
-    reference = _reference(out_dir / "decoder")
+    reference = generation_reference(out_dir / "decoder")
     run = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     checks = []
     for precision in precisions.PRECISIONS:
@@ -151,15 +150,6 @@ def _gate(profile: Profile, folder: FolderBuild, precision: precisions.Precision
     if precision.min_token_agreement is None:
         return None
     return settings_registry()[f"quant.min_token_agreement_{precision.name}"].resolve(profile, folder.options)
-
-
-def _reference(decoder: Path) -> Path | None:
-    """The decoder export's torch generation (model.generation.npz), when its export is usable."""
-    from pipeline.core.manifest import USABLE, Manifest
-
-    manifest = Manifest.load_or_new(decoder / "manifest.json", "")
-    record, path = manifest.get("export"), manifest.output_path("export", "generation")
-    return path if record is not None and record.status in USABLE and path is not None and path.is_file() else None
 
 
 def _print_check(console: Any, check: dict[str, Any]) -> None:

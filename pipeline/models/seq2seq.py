@@ -52,8 +52,7 @@ def prepare_part(model: Any, profile: Profile) -> tuple[Any, Profile]:
 
 
 def encode(model: Any, named: dict[str, Any]) -> dict[str, Any]:
-    """The encoder part's outputs on `named` (module docstring), the decoder run through its class's forward, whatever a
-    part bound on the instance."""
+    """The encoder part's outputs on `named` (module docstring), the decoder run by its class's forward, not a part's bound one."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
 
@@ -74,8 +73,7 @@ def encoder_output(hidden: Any) -> Any:
 
 
 def run_encoder(model: Any, feeds: dict[str, np.ndarray], profile: Profile) -> dict[str, Any]:
-    """`encode` in torch on `feeds` (the profile's encoder inputs); a model that does not run on them is the user's to
-    fix (one line)."""
+    """`encode` in torch on `feeds` (the profile's encoder inputs); a model that does not run on them is the user's to fix (one line)."""
     import torch
 
     try:
@@ -88,8 +86,7 @@ def run_encoder(model: Any, feeds: dict[str, np.ndarray], profile: Profile) -> d
 
 
 def _prefill(model: Any, profile: Profile) -> tuple[Any, list, list]:
-    """The encoder's output on the profile's smallest inputs and the layouts of the self- and cross-attention caches
-    the decoder returns from a prefill of two tokens on it."""
+    """The encoder's output on the profile's smallest inputs, and the self- and cross-attention cache layouts a 2-token prefill returns."""
     import torch
     from transformers import DynamicCache, EncoderDecoderCache
 

@@ -232,8 +232,7 @@ def count_parameters(auto_class: Any, config: Any) -> int:
 
 
 def check_fits(auto_class: Any, config: Any, where: str, available: int | None = None) -> int:
-    """Refuse (one line) a model whose FP32 weights times the export's memory factor exceed the memory
-    available; return its parameter count."""
+    """Refuse (one line) a model whose FP32 weights times the export's memory factor exceed the memory available; return its parameter count."""
     parameters = count_parameters(auto_class, config)
     weights = parameters * 4
     available = available_bytes() if available is None else available

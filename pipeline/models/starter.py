@@ -87,16 +87,14 @@ def _starter_text(transformers: Any, source: str, task: str | None, name: str, p
 
 
 def _parts(config: Any) -> str:
-    """For a composite config (a vision-language model: text_config, vision_config): the model types
-    of its parts, which init writes profiles for one at a time."""
+    """A composite config's parts' model types (text_config, vision_config), which init writes profiles for one at a time."""
     parts = {name: getattr(getattr(config, name, None), "model_type", None) for name in getattr(config, "sub_configs", None) or {}}
     named = [f"{name} is {kind}" for name, kind in parts.items() if kind]
     return f"it combines models ({', '.join(named)}): init --hf one of those, or " if named else ""
 
 
 def _starter_config(transformers: Any, source: str, folder: Path, full_size: bool, cut_lists: bool) -> tuple[Any, dict[str, Any]]:
-    """The config of a save_pretrained folder, or of a model_type (init's small config unless
-    `full_size`) with the hf_config fields the profile writes for it."""
+    """The config of a save_pretrained folder or a model_type (small unless `full_size`), and the hf_config fields written for it."""
     try:
         config = transformers.AutoConfig.from_pretrained(str(folder)) if folder.is_dir() else transformers.AutoConfig.for_model(source)
     except (OSError, ValueError) as err:
@@ -289,8 +287,7 @@ def _shortest_waveform(config: Any) -> int:
 
 
 def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> tuple[dict, list[tuple[dict, str]], bool]:
-    """dims {name: (min, opt, max)}, [[inputs]] rows with a comment each, and whether the model is a decoder with its cache
-    (`small`: init's small config)."""
+    """dims {name: (min, opt, max)}, commented [[inputs]] rows, and whether the model is a decoder with its cache."""
     accepted = inspect.signature(model_class.forward).parameters
     if "pixel_values" in accepted:
         images = _part_with(config, "num_channels")
@@ -318,8 +315,7 @@ def _starter_inputs(source: str, model_class: Any, config: Any, small: bool) -> 
 
 
 def _part_with(config: Any, key: str) -> Any:
-    """The config, or where it has no `key` the first of its parts that has it (CLIP's num_channels is its vision_config's,
-    its vocab_size its text_config's)."""
+    """The config, or where it has no `key` its first part that has it (CLIP's num_channels is its vision_config's)."""
     if getattr(config, key, None) is not None:
         return config
     parts = [value for name, value in vars(config).items() if name.endswith("_config") and getattr(value, key, None) is not None]
@@ -327,8 +323,7 @@ def _part_with(config: Any, key: str) -> Any:
 
 
 def _text_inputs(config: Any, accepted: Any, decoder: bool) -> tuple[dict, list[tuple[dict, str]]]:
-    """dims and [[inputs]] rows of token ids (and the mask and segment ids the forward takes) within the config's
-    vocabulary and positions."""
+    """dims and [[inputs]] rows of token ids (and the mask and segment ids the forward takes) within the config's vocabulary and positions."""
     positions = max_positions(config) or 512
     longest = min(positions // 2 if decoder else positions, 512)  # a decoder keeps positions for its cache
     dims = {"batch": (1, 4, 16), "seq": (1 if decoder else min(8, longest), min(16 if decoder else 128, longest), longest)}
@@ -366,8 +361,7 @@ def _returns_cache(model_class: Any, config: Any, small: bool) -> bool:
 
 
 def _with_past_inputs(dims: dict, inputs: list, model_class: Any, config: Any) -> tuple[dict, list]:
-    """A decoder's starter dims and inputs with its KV cache, read from the model built on the meta device
-    (pipeline/models/decoder.py lays them out)."""
+    """A decoder's starter dims and inputs with its KV cache, read from the model built on the meta device."""
     import torch
 
     comments = {"input_ids": "new token ids", "attention_mask": "1 per past and new token, 0 for padding",
