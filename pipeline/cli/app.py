@@ -13,6 +13,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -66,6 +67,11 @@ def stdout_console(keep_going: bool = False) -> Console:
 
 
 _debug = False
+
+def choices(name: str, values) -> type[Enum]:
+    """A typer choice of `values`: an Enum of str, each member named as its value with `-` as `_`."""
+    return Enum(name, {value.replace("-", "_"): value for value in values}, type=str)
+
 
 ProfileOption = Annotated[
     str, typer.Option("--profile", "-p", help="Profile name (profiles/NAME.toml) or path to a .toml file.")

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, get_args
 
 import typer
 
 from pipeline import precisions as registry
-from pipeline.cli.app import app, console, precision_flags, stdout_console
+from pipeline.cli.app import app, choices, console, precision_flags, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
+from pipeline.core.profiles import BuildSection
 from quant.presets import PRESET_NAMES
 
 if TYPE_CHECKING:
     from pipeline.settings import Options
 
-PresetName = Enum("PresetName", {name.replace("-", "_"): name for name in PRESET_NAMES}, type=str)
+PresetName = choices("PresetName", PRESET_NAMES)
 PresetOption = Annotated[Optional[PresetName], typer.Option(
     help="Q/DQ placement of the precisions that place Q/DQ (" + ", ".join(p.name for p in registry.optional() if p.placed)
          + ") [default: from the profile; auto: the preset of the model's family, trt-fusion, decoder or cnn].")]
@@ -27,10 +27,7 @@ REPAIR_HELP = (f"When the {'/'.join(p.label for p in registry.optional() if p.re
                "in higher precision and rerun (docs/precisions.md, 'Repair'); --no-repair: fail with the gate's hint.")
 
 
-class Verbosity(str, Enum):
-    none = "none"
-    layer_names_only = "layer_names_only"
-    detailed = "detailed"
+Verbosity = choices("Verbosity", get_args(BuildSection.model_fields["verbosity"].annotation))
 
 
 def _gate_defaults(gate: str) -> str:

@@ -4,22 +4,19 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_args
 
 import typer
 
 from pipeline import precisions as registry
-from pipeline.cli.app import ProfileOption, app, console, precision_flags, stdout_console
+from pipeline.cli.app import ProfileOption, app, choices, console, precision_flags, stdout_console
 from pipeline.cli.build import PresetOption
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
+from pipeline.core.profiles import ExportSection
 
-
-class Exporter(str, Enum):
-    dynamo = "dynamo"
-    torchscript = "torchscript"
+Exporter = choices("Exporter", get_args(ExportSection.model_fields["exporter"].annotation))
 
 
 @app.command(
@@ -134,13 +131,14 @@ def quantize(
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile of the stage's settings, its synthetic calibration data (when no --calib), held-out accuracy samples and the input shapes the result must run at [default: the [quant] defaults, zeros with dynamic dims at 1 and 3].")] = None,
     preset: PresetOption = None,
 ) -> None:
+    import importlib
+
     from rich.progress import Progress
 
     from pipeline.artifacts import as_built, fixed_feeds_beside
     from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
-    from pipeline.stages import precision_stage
     from pipeline.stages.shared import QuantizeRequest
 
     precision, float_parts = _chosen(precisions)
@@ -154,7 +152,7 @@ def quantize(
     load_onnx(source)
     # in a build folder, the profile as its stages saw it: the inputs its export derived, a decoder part's encoder outputs
     loaded = as_built(load_profile(profile), source) if profile is not None else None
-    module = sys.modules[precision_stage(precision).run.__module__]
+    module = importlib.import_module(precision.module)
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"making the {precision.label} model", total=None)
         request = QuantizeRequest(source, output, loaded, calib, preset.value if preset else None, float_parts,

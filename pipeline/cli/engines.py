@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, console, emit, output_format, stdout_console
+from pipeline.cli.app import app, choices, console, emit, output_format, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
+from trt.render import FORMATS
 
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
-    md = "md"
-    html = "html"
-
-
-class LayerInfoFormat(str, Enum):
-    auto = "auto"
-    json = "json"
-    log = "log"
-    polygraphy = "polygraphy"
-    layer_json = "layer-json"
-
+OutputFormat = choices("OutputFormat", FORMATS)
+LayerInfoFormat = choices("LayerInfoFormat", ("auto", "json", "log", "polygraphy", "layer-json"))
 
 FormatOption = Annotated[Optional[OutputFormat], typer.Option("--format", "-f", help="Output format [default: from -o's suffix, else text].")]
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")]
@@ -63,7 +50,7 @@ def report(
     from trt.render import render
     from trt.report import report_from_files
 
-    kind = output_format(fmt.value if fmt else None, output, tuple(f.value for f in OutputFormat), inputs=[layer_info, onnx, timing])
+    kind = output_format(fmt.value if fmt else None, output, FORMATS, inputs=[layer_info, onnx, timing])
     data = report_from_files(layer_info, onnx, timing, input_format.value, depth, build)
     emit(render(data, kind, all_rows=all_rows, pretty=pretty), output, is_json=kind == "json")
 
@@ -108,7 +95,7 @@ def diff(
         b, onnx_b, timing_b = engine_b.layers, engine_b.onnx, engine_b.profile
     elif b is None or a_precision or b_precision:
         raise PipelineError("diff: give two layer information files (A B), or a build's output folder with --a and --b")
-    kind = output_format(fmt.value if fmt else None, output, tuple(f.value for f in OutputFormat), inputs=[a, b, onnx_a, onnx_b, timing_a, timing_b])
+    kind = output_format(fmt.value if fmt else None, output, FORMATS, inputs=[a, b, onnx_a, onnx_b, timing_a, timing_b])
     data = diff_from_files(a, b, onnx_a, onnx_b, timing_a, timing_b, depth, build_a, build_b)
     emit(render(data, kind, all_rows=all_rows, pretty=pretty), output, is_json=kind == "json")
 
@@ -129,10 +116,7 @@ def _engines_of_build(folder: Path, a: Optional[str], b: Optional[str]):
     return engines[a], engines[b]
 
 
-class Backend(str, Enum):
-    trt = "trt"
-    ort_cuda = "ort-cuda"
-    ort_cpu = "ort-cpu"
+Backend = choices("Backend", ("trt", "ort-cuda", "ort-cpu"))
 
 
 @app.command(

@@ -4,13 +4,12 @@ and gather the cells into one report (`gather`)."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, console, emit, output_format, stdout_console
+from pipeline.cli.app import app, choices, console, emit, output_format, stdout_console
 
 jobs_app = typer.Typer(
     help=("GPU benchmark jobs over a matrix (TOML: profiles/matrix-cpu.toml, profiles/matrix-gpu.toml). Every cell is "
@@ -26,17 +25,8 @@ app.add_typer(jobs_app, name="jobs")
 
 MatrixArgument = Annotated[Path, typer.Argument(help="The matrix .toml.")]
 OutOption = Annotated[Path, typer.Option("--out", help="Results folder: cells/<id>.json, logs/, artifacts/.")]
-
-
-class PlanFormat(str, Enum):
-    text = "text"
-    json = "json"
-
-
-class GatherFormat(str, Enum):
-    html = "html"
-    json = "json"
-    md = "md"
+PlanFormat = choices("PlanFormat", ("text", "json"))
+GatherFormat = choices("GatherFormat", ("html", "json", "md"))
 
 
 def _plan(matrix_path: Path):

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, emit
+from pipeline.cli.app import app, choices, emit
 from pipeline.cli.engines import AllOption, FormatOption, OutputFormat, OutputOption, PrettyOption
 
-
-class PredictPrecision(str, Enum):
-    auto = "auto"
-    fp32 = "fp32"
-    fp16 = "fp16"
-    int8 = "int8"
-    fp8 = "fp8"
-    best = "best"
-
-
-class TrtVersion(str, Enum):
-    v8 = "8"
-    v10 = "10"
-    v11 = "11"
+PredictPrecision = choices("PredictPrecision", ("auto", "fp32", "fp16", "int8", "fp8", "best"))
+TrtVersion = choices("TrtVersion", ("8", "10", "11"))
 
 
 @app.command(
@@ -45,7 +32,7 @@ def predict(
     model: Annotated[Path, typer.Argument(help="The ONNX model TensorRT would build.")],
     precision: Annotated[PredictPrecision, typer.Option(help="auto: the ONNX's own types (a strongly typed build, as the pipeline "
                                                              "builds); else the builder flag (fp16, best: FP16 where it is faster).")] = PredictPrecision.auto,
-    trt: Annotated[TrtVersion, typer.Option("--trt", help="TensorRT major version: 8 lists a Myelin region as one layer, 10 and 11 as its kernels.")] = TrtVersion.v10,
+    trt: Annotated[TrtVersion, typer.Option("--trt", help="TensorRT major version: 8 lists a Myelin region as one layer, 10 and 11 as its kernels.")] = TrtVersion("10"),
     max_sequence: Annotated[Optional[int], typer.Option(min=1, help="Longest sequence the engine will see (fused INT8 attention needs <= 512).")] = None,
     fmt: FormatOption = OutputFormat.text,
     output: OutputOption = None,

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional, get_args
 
 import typer
 
-from pipeline.cli.app import app, stdout_console
+from pipeline.cli.app import app, choices, stdout_console
 from pipeline.core.errors import PipelineError
 from pipeline.core.profiles import HfTask as ProfileTask
 from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV
@@ -32,7 +31,7 @@ def profiles() -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
-HfTask = Enum("HfTask", {task.replace("-", "_"): task for task in get_args(ProfileTask)}, type=str)  # the profile's tasks
+HfTask = choices("HfTask", get_args(ProfileTask))  # the profile's tasks
 
 
 @app.command(

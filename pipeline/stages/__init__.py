@@ -12,24 +12,16 @@ from pipeline.settings import Options
 from pipeline.stage import Stage
 
 
-def _stage(module: str) -> Stage:
-    return importlib.import_module(module).STAGE
-
-
 def catalogue() -> tuple[Stage, ...]:
     """Every stage there is, in pipeline order."""
-    return tuple(_stage(m) for m in ("pipeline.stages.export", "pipeline.stages.optimize",
-                                     *(p.module for p in precisions.optional()),
-                                     "pipeline.stages.build", "pipeline.stages.report", "pipeline.stages.diff", "pipeline.stages.bench"))
+    modules = ("pipeline.stages.export", "pipeline.stages.optimize", *(p.module for p in precisions.optional()),
+               "pipeline.stages.build", "pipeline.stages.report", "pipeline.stages.diff", "pipeline.stages.bench")
+    return tuple(importlib.import_module(m).STAGE for m in modules)
 
 
 def named(name: str) -> Stage:
     """The stage called `name`."""
     return next(stage for stage in catalogue() if stage.name == name)
-
-
-def precision_stage(precision: precisions.Precision) -> Stage:
-    return _stage(precision.module)
 
 
 def build_plan(options: Options) -> list[Stage]:
