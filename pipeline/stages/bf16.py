@@ -5,7 +5,6 @@ has no BF16 kernels for Conv/MatMul, so elsewhere it is written unchecked and th
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from pipeline.core.profiles import QuantSection
@@ -38,7 +37,7 @@ def run_bf16(job: Job) -> StageResult:
             figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "BF16", job.status)
             found = repair.repair_gate(
                 job, source, batches, q.min_cosine_bf16, repair.Trial((), tmp, figures, shared.passes(figures, q.min_cosine_bf16), result),
-                time.perf_counter() - started, lambda kept, path: convert(q, source, path, [], log, kept),
+                started, lambda kept, path: convert(q, source, path, [], log, kept),
                 lambda converted, path: shared.accuracy(converted.session, reference, batches, q.accuracy_samples, "BF16", job.status))
             if found is not None and found.passed is not None:
                 result, figures = shape_checked(found.passed.result, tmp, checks, "bf16"), found.passed.figures

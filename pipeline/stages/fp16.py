@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from pathlib import Path
 
 from pipeline.core.profiles import QuantSection
@@ -38,7 +38,7 @@ def run_fp16(job: Job) -> StageResult:
         figures = shared.accuracy(result.session, reference, batches, q.accuracy_samples, "FP16", job.status)
         found = repair.repair_gate(
             job, source, batches, q.min_cosine_fp16, repair.Trial((), tmp, figures, shared.passes(figures, q.min_cosine_fp16), result),
-            time.perf_counter() - started, lambda kept, path: convert(q, source, path, [], log, feeds, kept),
+            started, lambda kept, path: convert(q, source, path, [], log, feeds, kept),
             lambda converted, path: shared.accuracy(converted.session, reference, batches, q.accuracy_samples, "FP16", job.status))
         if found is not None and found.passed is not None:
             result, figures = shape_checked(found.passed.result, tmp, checks), found.passed.figures
@@ -57,8 +57,6 @@ def run_fp16(job: Job) -> StageResult:
 def shape_checked(result, model: Path, checks: list[dict], stage: str = "fp16"):
     """`result` (a repair's trial, converted unchecked) once its model has run at the shape checks, on the provider its
     session ran on (BF16's on CUDA)."""
-    import dataclasses
-
     from quant.fp16 import check_runs
 
     session, checked = check_runs(model, checks, stage, result.session.provider)

@@ -5,7 +5,6 @@ calls `quantize` too, gated like the stage."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def run_fp8(job: Job) -> StageResult:
         result, origin = quantize(s.profile, s.calib, source, tmp, reference, log, on_step=step)
         found = repair.repair_gate(
             job, source, batches, q.min_cosine_fp8, repair.Trial((), tmp, result.accuracy, result.passed, result),
-            time.perf_counter() - started, lambda kept, path: quantize(s.profile, s.calib, source, path, reference, log, step, kept)[0],
+            started, lambda kept, path: quantize(s.profile, s.calib, source, path, reference, log, step, kept)[0],
             lambda quantized, path: quantized.accuracy)
         if found is not None and found.passed is not None:
             result = found.passed.result
@@ -60,7 +59,7 @@ def run_fp8(job: Job) -> StageResult:
     write_json(job.out / "fp8.lint.json", findings_json(result.findings))
     predicted, prediction = shared.predicted_engine(job, "fp8", target)
     return StageResult({"onnx": target, "lint": job.out / "fp8.lint.json", **predicted, **shared.log_output(log)},
-                       shared.ptq_metrics(result, origin) | repair.recorded(found, "quant.fp8_exclude_nodes") | prediction)
+                       result.metrics() | {"calibration": origin} | repair.recorded(found, "quant.fp8_exclude_nodes") | prediction)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:

@@ -37,7 +37,7 @@ def run_int4(job: Job) -> StageResult:
     with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",
                                   on_step=lambda done, total: job.status(f"AWQ calibration {done}/{total}"))
-    return StageResult({"onnx": target, **shared.log_output(job.out / "int4.log")}, shared.ptq_metrics(result, origin))
+    return StageResult({"onnx": target, **shared.log_output(job.out / "int4.log")}, result.metrics() | {"calibration": origin})
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:

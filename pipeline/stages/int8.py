@@ -3,7 +3,6 @@ the Q/DQ lint, gated on accuracy. `python -m pipeline quantize --int8` calls `qu
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,7 +80,7 @@ def run_int8(job: Job) -> StageResult:
         figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
         found = repair.repair_gate(
             job, source, batches, q.min_cosine_int8, repair.Trial((), tmp, figures, shared.passes(figures, q.min_cosine_int8), result),
-            time.perf_counter() - started, lambda kept, path: quantize(s.profile, s.calib, source, path, log, step, kept, fixed)[0],
+            started, lambda kept, path: quantize(s.profile, s.calib, source, path, log, step, kept, fixed)[0],
             lambda quantized, path: shared.accuracy(path, reference, batches, q.accuracy_samples, "INT8", job.status))
         if found is not None and found.passed is not None:
             result, figures = found.passed.result, found.passed.figures

@@ -14,7 +14,12 @@ it past `BUDGET` times the failed attempt it repairs.
 
 from __future__ import annotations
 
+import importlib
+import itertools
+import json
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,8 +72,6 @@ def start_clock(library: str, log: Path) -> float:
     """The time the stage's attempt starts, `library` (the conversion's) imported first: the import is no part of what a
     trial repeats. It is imported with its output going to the stage's `log`, as the conversion would (ModelOpt binds its
     log handler to the stdout of the moment it is imported)."""
-    import importlib
-
     from pipeline.core.quiet import captured
 
     with captured(log):
@@ -78,8 +81,6 @@ def start_clock(library: str, log: Path) -> float:
 
 def pin_line(profile_key: str, kept: tuple[str, ...]) -> str:
     """The profile line that keeps `kept` with no search next time ([quant] keys are regular expressions: exact names)."""
-    import json
-
     from quant.fp16 import exact_names
 
     section, key = profile_key.split(".")
@@ -249,18 +250,15 @@ def ranking(reference: Path, batches: list[dict[str, np.ndarray]], workdir: Path
     return rank
 
 
-def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum: float, first: Trial, attempt_seconds: float,
+def repair_gate(job, source: Path, batches: list[dict[str, np.ndarray]], minimum: float, first: Trial, started: float,
                 convert_kept: Callable[[tuple[str, ...], Path], Any], figures_of: Callable[[Any, Path], dict[str, Any]]) -> Repair | None:
-    """The search, when `first` (the stage's attempt, its model at `first.model`) fails the gate and repair is on (None
-    otherwise). A trial is `convert_kept(kept, path)` (the stage's conversion with `kept` too) and `figures_of(result, path)`
-    (its accuracy); the trial that passes replaces `first.model`."""
-    import itertools
-    import os
-    import tempfile
-
+    """The search, when `first` (the stage's attempt, its model at `first.model`, begun at `started`: start_clock's time)
+    fails the gate and repair is on (None otherwise). A trial is `convert_kept(kept, path)` (the stage's conversion with
+    `kept` too) and `figures_of(result, path)` (its accuracy); the trial that passes replaces `first.model`."""
     from pipeline.core.fileio import external_data_file
     from pipeline.core.onnxfile import load_onnx
 
+    attempt_seconds = time.perf_counter() - started
     if first.passed or not job.settings.repair:
         return None
     job.status("accuracy below the gate: searching for the nodes to keep in higher precision")

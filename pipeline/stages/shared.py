@@ -222,12 +222,6 @@ def logged(log: Path | None) -> Iterator[None]:
         raise
 
 
-def ptq_metrics(result, origin: str) -> dict[str, Any]:
-    """The manifest's record of an FP8/INT4 stage: the PtqResult (Q/DQ counts, accuracy, method, samples, notes,
-    lint counts) and the data's origin."""
-    return {**result.metrics(), "calibration": origin}
-
-
 def ptq_line(m: dict[str, Any]) -> str:
     q = m["qdq"]
     return (f"{m['method']}: cosine_centered={m['accuracy']['cosine_centered']:.4f}, {q['quantize']} Q / {q['dequantize']} DQ, "
