@@ -1,8 +1,5 @@
-"""`python -m pipeline ...`: the command-line interface (typer + rich), one module per command group.
-
-`app` holds the application and `main`; importing the groups registers their commands, in the
-order `--help` lists them.
-"""
+"""`python -m pipeline ...`: the command-line interface (typer + rich), one module per command group;
+importing the groups registers their commands, in the order `--help` lists them."""
 
 from pipeline.cli import build, check, convert, engines, jobs, predict, setup  # noqa: F401 - registers the commands
 from pipeline.cli.app import app, main

@@ -1,12 +1,7 @@
 """One cell: build its model with `python -m pipeline build` (its own process, into an artifacts
 folder shared by the cells of one build, under the build's own lock), time it with trt/bench.py,
-read the engine's report, and write `RESULTS/cells/<id>.json` atomically.
-
-Cell JSON, schema CELL_SCHEMA (docs/jobs.md lists every field): schema, matrix, id, index, label,
-definition, status (done | failed | skipped), reason, docker (the command that runs a skipped cell),
-started, seconds, provenance {host, gpu_before, gpu_after}, method, latency {p50_ms, p90_ms, p99_ms,
-mean_ms, throughput_per_s, cv}, repeats [...], valid, validity [...], engine, build {folder, log, seconds}.
-"""
+read the engine's report, and write `RESULTS/cells/<id>.json` (schema CELL_SCHEMA, every field in
+docs/jobs.md) atomically."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -234,8 +230,6 @@ def _short(row: dict[str, Any], method: dict[str, Any]) -> bool:
 def _engine(folder: Path, built: Built) -> dict[str, Any]:
     """The engine's sha256, layer and Myelin region counts, precision mix and verdict (trt/report.py), the
     build's own accuracy figures for it, and the prediction from its ONNX scored against it (trt/predict/score.py)."""
-    from collections import Counter
-
     from pipeline.core.fileio import sha256_file
     from pipeline.core.manifest import Manifest
     from pipeline.core.onnxfile import load_onnx

@@ -1,22 +1,5 @@
 """The benchmark matrix: a TOML file validated with pydantic, one line per error (like profiles).
-
-```toml
-name = "cpu-tiny"
-precisions = ["fp32", "fp16", "int8"]    # any of pipeline/precisions.py
-backends = ["ort-cpu", "trt"]
-repeats = 3
-[[models]]
-profile = "hf-bert-tiny"               # a name, or a .toml path relative to this file
-shapes = [{ batch = 1, seq = 32 }]      # dims of the profile [default: its opt point]
-[builder]                               # TensorRT builder settings to sweep (trt cells only)
-optimization_level = [3]
-[method]                                # warm-up by time, then a minimum duration and count
-warmup_ms = 200
-[cluster]                               # Kubernetes only
-gpus = ["NVIDIA-H100-80GB-HBM3"]
-image = "registry.example.com/trt-pipeline:1"
-```
-"""
+docs/jobs.md lists its fields; profiles/matrix-cpu.toml is one."""
 
 from __future__ import annotations
 
