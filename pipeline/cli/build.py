@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, get_args
 
@@ -185,8 +186,6 @@ def _onnx_inputs(path: Path) -> str:
 def _factory_outside(profile) -> Optional[Path]:
     """The factory module's file, when it is neither beside the profile nor installed nor ours: the code a build runs
     that the user may not expect (a module that happens to be on PYTHONPATH or in the current folder)."""
-    import sysconfig
-
     from pipeline.core.modelsource import factory_file
 
     path = factory_file(profile)

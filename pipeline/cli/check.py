@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -34,8 +38,6 @@ def lint_qdq(
     max_sequence: Annotated[Optional[int], typer.Option(help="Longest sequence the engine will see (for the attention rule).")] = None,
     fail_on_findings: Annotated[bool, typer.Option("--fail-on-findings", help="Exit 1 when there are findings (for CI) [default: exit 0].")] = False,
 ) -> None:
-    import json
-
     from quant.lint import findings_json, lint_file
 
     fmt = output_format(fmt, output, ("text", "json"), inputs=[model])
@@ -138,8 +140,6 @@ def compare(
 
 
 def _compare_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], samples: int) -> NodeComparison:
-    import tempfile
-
     from pipeline.diagnose.compare import compare_models
 
     feeds = _samples(reference, inputs, profile, samples)
@@ -172,9 +172,6 @@ def _samples(reference: Path, inputs: Optional[Path], profile: Optional[str], co
 
 def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profile: Optional[str], nodes: Optional[str],
                 max_trace_mb: Optional[float], tolerance: Optional[float]) -> Alignment:
-    import re
-    import tempfile
-
     from pipeline.diagnose.compare import align_models
 
     if nodes is not None:
@@ -189,9 +186,6 @@ def _align_onnx(reference: Path, candidate: Path, inputs: Optional[Path], profil
 
 def _compare_exporters(profile: str, inputs: Optional[Path], nodes: Optional[str], max_trace_mb: Optional[float], tolerance: Optional[float]) -> ExportersComparison:
     """Both exports of the profile's model, each against torch module by module, and aligned with each other."""
-    import tempfile
-    from dataclasses import replace
-
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import ExportCheck, ExportersComparison, compare_to_torch
     from pipeline.export import export_model
@@ -284,8 +278,6 @@ def _decoder_feeds(given, decoder, module) -> dict:
 
 
 def _compare_torch(onnx_path: Path, profile: str, inputs: Optional[Path], dump: Optional[Path]) -> TorchComparison:
-    import tempfile
-
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.profiles import load_profile
     from pipeline.diagnose.divergence import compare_to_torch, dump_modules

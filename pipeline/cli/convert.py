@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import Annotated, Optional, get_args
@@ -131,8 +132,6 @@ def quantize(
     profile: Annotated[Optional[str], typer.Option("--profile", "-p", help="Profile of the stage's settings, its synthetic calibration data (when no --calib), held-out accuracy samples and the input shapes the result must run at [default: the [quant] defaults, zeros with dynamic dims at 1 and 3].")] = None,
     preset: PresetOption = None,
 ) -> None:
-    import importlib
-
     from rich.progress import Progress
 
     from pipeline.artifacts import as_built, fixed_feeds_beside

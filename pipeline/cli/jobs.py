@@ -4,6 +4,7 @@ and gather the cells into one report (`gather`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -42,8 +43,6 @@ def plan_command(
     matrix_path: MatrixArgument,
     format: Annotated[PlanFormat, typer.Option("--format", "-f", help="Output format.")] = PlanFormat.text,
 ) -> None:
-    import json
-
     matrix, cells = _plan(matrix_path)
     if format is PlanFormat.json:
         emit(json.dumps([{"index": c.index, "id": c.id, "label": c.label, **c.definition()} for c in cells], indent=2) + "\n", None, is_json=True)
@@ -126,8 +125,6 @@ def gather_command(
     baseline: Annotated[Optional[list[Path]], typer.Option(help="Results of an earlier run of the same matrix to compare with.")] = None,
     max_slowdown: Annotated[str, typer.Option(help="With --baseline: the p50 growth allowed per cell.")] = "5%",
 ) -> None:
-    import json
-
     from pipeline.core.errors import StageFailed
     from pipeline.jobs.gather import compare, gather, parse_slowdown, render_html, render_md
 

@@ -5,6 +5,7 @@ a CPU Job for ort-cpu cells; and a gather Job, in its own file, to apply once th
 from __future__ import annotations
 
 import re
+import shlex
 from collections import Counter
 from typing import Any
 
@@ -76,8 +77,6 @@ def _job(matrix: Matrix, name: str, command: list[str], gpu: str, indexed: int |
 
 def _with_object_store(command: list[str], uri: str | None, gather: bool) -> list[str]:
     """Results on an emptyDir, copied to (and for gather, first from) the object store by its CLI in the image."""
-    import shlex
-
     copy = "aws s3 cp --recursive" if uri and uri.startswith("s3://") else "gsutil -m cp -r"
     run = shlex.join(command)
     if gather:

@@ -7,6 +7,7 @@ before writing its file (a crash, a kill) is recorded `failed` with its last err
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -44,8 +45,6 @@ def run_all(matrix: Matrix, cells: list[Cell], out: Path, force: bool = False,
 
 
 def _run_one(matrix: Matrix, cell: Cell, out: Path) -> tuple[str, str | None]:
-    import json
-
     target = cell_path(out, cell.id)
     before = target.stat().st_mtime_ns if target.is_file() else None
     log = out / "logs" / f"{cell.id}.cell.log"

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from pipeline.stage import Job, Stage, StageResult
 from pipeline.stages.engines import engine_inputs, engines_built, no_engine
 
@@ -12,8 +14,6 @@ def run_report(job: Job) -> StageResult:
     built = engines_built(job)
     if not built:
         return no_engine("report", job)
-    from dataclasses import asdict
-
     from pipeline.core.fileio import write_text
     from trt.render import render
     from trt.report import report_from_files
