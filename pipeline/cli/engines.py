@@ -195,8 +195,7 @@ def _bench_models(artifact: Path, backend: str) -> dict[str, Path]:
     from pipeline.artifacts import read_build
 
     built = read_build(artifact)[1].values()
-    models = {b.precision.name: b.engine if backend == "trt" else b.onnx for b in built}
-    models = {name: path for name, path in models.items() if path is not None}
+    models = {b.precision.name: path for b in built if (path := b.engine if backend == "trt" else b.onnx) is not None}
     if not models:
         what = "engines" if backend == "trt" else "models"
         raise PipelineError(f"{artifact}: its build recorded no usable {what}; run `python -m pipeline build` (with --strict where TensorRT is) first")

@@ -135,9 +135,7 @@ def profile_argument(matrix: Matrix, entry: ModelEntry) -> str:
     return entry.profile
 
 
-@lru_cache(maxsize=64)
-def _load(argument: str) -> Profile:
-    return load_profile(argument)
+_load = lru_cache(maxsize=64)(load_profile)
 
 
 def profile_of(matrix: Matrix, entry: ModelEntry) -> Profile:

@@ -32,7 +32,7 @@ def skip_without_tensorrt(what: str, job: Job, wanted: list[precisions.Precision
     missing = tensorrt_missing()
     if missing is None:
         return None
-    requirements = {p.name: {"requires_compute_capability": _version(p.min_compute_capability)} for p in wanted if p.min_compute_capability}
+    requirements = {p.name: {"requires_compute_capability": ".".join(map(str, p.min_compute_capability))} for p in wanted if p.min_compute_capability}
     needs = "".join(f" (the {precisions.by_name(name).label} engine also needs compute capability {n['requires_compute_capability']}+)"
                     for name, n in requirements.items())
     # the command comes last: the build's summary prints it once, under the stage lines (pipeline/summary.py)
@@ -44,7 +44,3 @@ def no_engine(what: str, job: Job) -> StageResult:
     status = job.status_of("build")
     why = f"the build stage was {status}" if status else "no build stage ran"
     return StageResult({}, skipped=True, reason=f"{what}: no engine layer information ({why})", capability_missing=False)
-
-
-def _version(capability: tuple[int, int]) -> str:
-    return ".".join(map(str, capability))
