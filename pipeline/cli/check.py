@@ -101,7 +101,6 @@ def compare(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
 ) -> None:
     from pipeline.artifacts import recorded_profile
-    from pipeline.core.fileio import check_outputs
     from pipeline.core.onnxfile import load_onnx
     from pipeline.diagnose.render import FORMATS, render
 
@@ -111,14 +110,12 @@ def compare(
             raise PipelineError("compare --exporters makes its two models from --profile: give no ONNX file and no --torch")
         if profile is None:
             raise PipelineError("compare --exporters needs --profile NAME: the model to export with both exporters")
-        check_outputs([output], [inputs])
         result = _compare_exporters(profile, inputs, nodes, max_trace_mb, tolerance)
     elif reference is None:
         raise PipelineError("compare: give two ONNX files (A, the reference, then B), one with --torch, or --exporters --profile NAME")
     elif torch_model:
         if candidate is not None:
             raise PipelineError(f"compare --torch takes one ONNX file (the torch model comes from --profile); drop {candidate}")
-        check_outputs([output], [reference, inputs])
         result = _compare_torch(reference, profile or recorded_profile(reference) or DEFAULT_PROFILE, inputs, dump)
     else:
         if candidate is None:
@@ -131,7 +128,6 @@ def compare(
             profile = recorded_profile(reference) or recorded_profile(candidate)
         if (inputs is None) == (profile is None):
             raise PipelineError("compare: give exactly one of --inputs FILE.npz or --profile NAME (files of a build folder use the profile its manifest records)")
-        check_outputs([output], [reference, candidate, inputs])
         if align or show_all or nodes or not _same_graph(reference, candidate):
             result = _align_onnx(reference, candidate, inputs, profile, nodes, max_trace_mb, tolerance)
         else:
