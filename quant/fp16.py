@@ -203,8 +203,6 @@ def _npz(feeds: dict[str, np.ndarray] | None):
 
 def exact_names(nodes: tuple[str, ...] | list[str]) -> list[str]:
     """AutoCast's and ModelOpt's node exclusions are regular expressions matched at the start: these names, and no others."""
-    import re
-
     return [re.escape(name) + "$" for name in nodes]
 
 

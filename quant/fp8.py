@@ -10,14 +10,13 @@ operator (Transpose) is invalid"). TensorRT builds FP8 only on GPUs of compute c
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.core.errors import InputError
-from quant.ptq import PtqResult, check_calibration, opset_of, qdq_counts, run_modelopt, write_checked
+from quant.ptq import PtqResult, check_calibration, opset_of, qdq_counts, write_checked
 
 FP8_MIN_OPSET = 21
 
@@ -41,27 +40,20 @@ def quantize_fp8(
     """Quantize `source` to FP8 Q/DQ and write `target` only if it runs; `reference` is the FP32 outputs
     on `held_out` (array or BackgroundOutputs), or None to compute them from `source`. `nodes_to_exclude`:
     regular expressions of nodes left unquantized, beside those the preset leaves."""
-    from pipeline.core.onnxfile import load_onnx
     from pipeline.core.samples import batch_axes, split
     from quant.calibration import calibration_reader
     from quant.lint import lint_model
-    from quant.presets import apply_preset, plan_preset, resolve_preset
+    from quant.ptq import run_with_preset
 
     if opset is not None and opset < FP8_MIN_OPSET:
         raise InputError(f"fp8: opset {opset} is below {FP8_MIN_OPSET}, the first ONNX opset whose Transpose/Reshape accept float8 "
                          f"tensors (ModelOpt places FP8 Q -> Transpose -> DQ in attention); pass opset >= {FP8_MIN_OPSET} or leave it unset")
     samples = check_calibration(calibration, batch, 1, "fp8", "max")
-    source_model = load_onnx(source)
-    preset = resolve_preset(preset_name, source_model)
-    plan = plan_preset(preset, source_model, max_sequence)
-    target_opset = max(FP8_MIN_OPSET, opset or 0, opset_of(source_model))
-    del source_model
-    model = run_modelopt(
-        source, target, "fp8", quantize_mode="fp8", calibration_data_reader=calibration_reader(split(calibration, batch, batch_axes(source)), on_step),
-        calibration_method="max", high_precision_dtype=high_precision_dtype, op_types_to_quantize=plan.op_types_to_quantize,
-        disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *nodes_to_exclude] or None, opset=target_opset,
+    preset, plan, model, removed = run_with_preset(
+        source, target, "fp8", preset_name, max_sequence, nodes_to_exclude, min_opset=max(FP8_MIN_OPSET, opset or 0), quantize_mode="fp8",
+        calibration_data_reader=calibration_reader(split(calibration, batch, batch_axes(source)), on_step), calibration_method="max",
+        high_precision_dtype=high_precision_dtype,
     )
-    removed = apply_preset(preset, model, frozenset(plan.nodes_to_exclude))
     figures = write_checked(model, target, source, reference, held_out)
     notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)"]
     return PtqResult("fp8", "max", samples, opset_of(model), qdq_counts(model), figures, min_cosine,

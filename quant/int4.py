@@ -11,7 +11,6 @@ Gemms are left in float and named in the notes; RTN quantizes them correctly.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +49,7 @@ def quantize_int4(
     from pipeline.core.onnxfile import load_onnx
     from pipeline.core.samples import batch_axes, split
     from quant.calibration import calibration_reader
+    from quant.fp16 import exact_names
     from quant.lint import lint_model
 
     if method not in METHODS:
@@ -74,7 +74,7 @@ def quantize_int4(
         samples, reader = 0, None
     del source_model
     model = run_modelopt(source, target, "int4", quantize_mode="int4", calibration_method=method, calibration_data_reader=reader,
-                         block_size=block_size, nodes_to_exclude=[re.escape(name) + "$" for name in excluded] or None)
+                         block_size=block_size, nodes_to_exclude=exact_names(excluded) or None)
     figures = write_checked(model, target, source, reference, held_out)
     counts = qdq_counts(model)
     notes.append(f"block size {block_size}; {counts['dequantize']} INT4 weight DequantizeLinear node(s)")

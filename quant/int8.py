@@ -7,7 +7,6 @@ can leave the vocabulary and crash Gather) and never `calibrate_per_node` (~600x
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,28 +44,17 @@ def quantize_int8(
     nodes_to_exclude: list[str] | None = None,
 ) -> Int8Result:
     """Q/DQ `source` into `target`; `nodes_to_exclude`: regular expressions of nodes left unquantized, besides the preset's."""
-
-    from pipeline.core.onnxfile import load_onnx
     from quant.lint import lint_model
     from quant.patterns import attention_state
-    from quant.presets import apply_preset, plan_preset, resolve_preset
-    from quant.ptq import run_modelopt
+    from quant.ptq import run_with_preset
 
-    source_model = load_onnx(source)
-    preset = resolve_preset(preset_name, source_model)
-    plan = plan_preset(preset, source_model, max_sequence)
     feeds = calibration if isinstance(calibration, list) else split(calibration, batch, batch_axes(source))  # a list: feeds of their own shapes
     # ModelOpt rewrites the file it is given (shape inference in place) and writes intermediates
     # beside it and beside its output: run_modelopt gives it a private copy in a work folder, never our input
-    model = run_modelopt(
-        source, target, "int8", model=source_model, hint="try another --preset",
-        quantize_mode="int8", calibration_data_reader=calibration_reader(feeds, on_step),
-        calibration_method=calibration_method, high_precision_dtype=high_precision_dtype,
-        op_types_to_quantize=plan.op_types_to_quantize, disable_mha_qdq=plan.disable_mha_qdq,
-        nodes_to_exclude=[*(re.escape(name) + "$" for name in plan.nodes_to_exclude), *(nodes_to_exclude or [])] or None,
+    preset, plan, model, removed = run_with_preset(
+        source, target, "int8", preset_name, max_sequence, nodes_to_exclude or [], hint="try another --preset", quantize_mode="int8",
+        calibration_data_reader=calibration_reader(feeds, on_step), calibration_method=calibration_method, high_precision_dtype=high_precision_dtype,
     )
-    del source_model
-    removed = apply_preset(preset, model, frozenset(plan.nodes_to_exclude))
     with atomic_onnx(target) as tmp:
         save_onnx(model, tmp)
     pairs = sum(1 for n in model.graph.node if n.op_type == "QuantizeLinear")

@@ -1,28 +1,11 @@
 """Q/DQ lint: placements in any Q/DQ ONNX (INT8, FP8, INT4) that TensorRT's rules say prevent a fusion.
 
-Rules ("Explicit Quantization" in NVIDIA's TensorRT developer guide; TensorRT issues 4397, 3861,
-4039, 4366); each is an entry of pipeline/core/qdq.py `RULES` (what TensorRT does, its source, the fix).
-Which ops fuse into a GEMM/Conv and which run in float is the placement data of the model family's
-preset (`PlacementRules`): the lint, the preset and the engine prediction (trt/predict/) read the same,
-so each finding is a standalone Q/DQ layer or a cut Myelin region in `python -m pipeline predict`.
-- qdq-after-gemm: a Q/DQ between a GEMM/Conv (or its bias Add; under the CNN rules its
-  BatchNormalization and activation) and the op that would otherwise fuse into it;
-- residual-skip-not-quantized: a residual Add fed by a quantized GEMM/Conv whose other (skip)
-  input is not quantized, so the Add cannot fuse into the GEMM/Conv (of two Conv outputs, one
-  must be quantized); an Add feeding a Softmax adds an attention mask: no residual;
-- qdq-into-float-region: a Q/DQ feeding LayerNormalization or Softmax, whose internals run
-  in float inside the fused region;
-- attention-not-fusable: Q/DQ on attention MatMuls where fused INT8 attention is impossible
-  (head size not in 16/32/64, or sequence > 512; a dynamic sequence counts only when its
-  maximum is given, as the build stage does from the profile);
-- weight-without-dq: a quantized GEMM/Conv whose weight is a float initializer with no
-  DequantizeLinear between it and the layer;
-- concat-unequal-scales: a Concat of dequantized inputs with different scales (TensorRT
-  must requantize instead of fusing the Concat away);
-- conv-weight-only: a Conv/ConvTranspose with a dequantized weight and a float input: TensorRT
-  has no weight-only convolution, it dequantizes the weight and runs the Conv in float;
-- int4-activation / int4-not-gemm: TensorRT's INT4 is weight-only and for MatMul/Gemm (and
-  Gather) weights: an INT4 Q of a computed tensor, or an INT4 weight feeding another op.
+Each rule is an entry of pipeline/core/qdq.py `RULES` (what TensorRT does, its source: "Explicit Quantization"
+in NVIDIA's TensorRT developer guide, TensorRT issues 4397, 3861, 4039, 4366; the fix). Which ops fuse into a
+GEMM/Conv and which run in float is the placement data of the model family's preset (`PlacementRules`): the
+lint, the preset and the engine prediction (trt/predict/) read the same, so each finding is a standalone Q/DQ
+layer or a cut Myelin region in `python -m pipeline predict`. An Add feeding a Softmax adds an attention mask
+(no residual); a dynamic sequence counts only when its maximum is given, as the build stage does from the profile.
 """
 
 from __future__ import annotations

@@ -60,15 +60,8 @@ def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:
 def attention_state(model) -> str:
     """Whether the attention MatMuls (score and context) of a Q/DQ model are "int8", "float" or "mixed"."""
     graph = GraphIndex.of(model)
-
-    def quantized(tensor: str) -> bool:
-        return graph.op(tensor) == "DequantizeLinear"
-
-    states = {all(quantized(i) for i in matmul.input) or (any(quantized(i) for i in matmul.input) and "mixed")
-              for matmul in _attention_matmul_nodes(model, graph)}
-    if "mixed" in states or (True in states and False in states):
-        return "mixed"
-    return "int8" if states == {True} else "float"
+    quantized = {graph.op(i) == "DequantizeLinear" for matmul in _attention_matmul_nodes(model, graph) for i in matmul.input}
+    return "mixed" if len(quantized) == 2 else "int8" if quantized == {True} else "float"
 
 
 def attention_matmuls(model) -> list[str]:

@@ -47,17 +47,12 @@ from dataclasses import dataclass, field
 
 from pipeline.core.errors import InputError
 from pipeline.core.graph import GraphIndex
-from pipeline.core.qdq import (  # noqa: F401 - the placement data and graph questions the lint and the prediction share
-    ACTIVATION_OPS,
+from pipeline.core.qdq import (
     CNN_RULES,
-    COMMUTING_OPS,
     CONV_OPS,
     DECODER_RULES,
-    EPILOGUE_OPS,
-    FLOAT_REGION_OPS,
     FUSED_ATTENTION_HEAD_SIZES,
     FUSED_ATTENTION_MAX_SEQUENCE,
-    GEMM_OPS,
     TRANSFORMER_RULES,
     PlacementRules,
     QdqGraph,

@@ -88,18 +88,37 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
         return onnx.load(str(output))
 
 
+def run_with_preset(source: Path, target: Path, stage: str, preset_name: str, max_sequence: int | None, nodes_to_exclude: list[str],
+                    min_opset: int | None = None, hint: str = "", **arguments: Any):
+    """`run_modelopt` with the Q/DQ placed by the preset `preset_name` (`nodes_to_exclude`: regular expressions of nodes
+    left unquantized besides the preset's), at opset >= `min_opset` and the source's when given.
+    Returns (preset, plan, quantized model, the names of the Q/DQ nodes the preset removed)."""
+    from pipeline.core.onnxfile import load_onnx
+    from quant.fp16 import exact_names
+    from quant.presets import apply_preset, plan_preset, resolve_preset
+
+    source_model = load_onnx(source)
+    preset = resolve_preset(preset_name, source_model)
+    plan = plan_preset(preset, source_model, max_sequence)
+    if min_opset is not None:
+        arguments["opset"] = max(min_opset, opset_of(source_model))
+    model = run_modelopt(source, target, stage, model=source_model, hint=hint, op_types_to_quantize=plan.op_types_to_quantize,
+                         disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[*exact_names(plan.nodes_to_exclude), *nodes_to_exclude] or None, **arguments)
+    return preset, plan, model, apply_preset(preset, model, frozenset(plan.nodes_to_exclude))
+
+
 def small_gemms_excluded_exactly(path: Path, arguments: dict[str, Any], external_data: bool) -> dict[str, Any]:
     """`arguments` with ModelOpt's GEMV / small-GEMM exclusion (a MatMul or Gemm whose M or N is 1, or K or N under 16, on
     the first calibration feed) run here and passed as exact names, its own turned off. ModelOpt adds the names it finds
     to `nodes_to_exclude`, which it reads as regular expressions matched at the start of a name: JetMoE's router
     `node_linear` (8 experts: N = 8) left every `node_linear_*`, all 70 GEMMs, in float (and `node_linear_1` would take
     `node_linear_10` to `node_linear_19` with it)."""
-    import re
-
     from modelopt.onnx.quantization.graph_utils import find_nodes_from_matmul_to_exclude
 
+    from quant.fp16 import exact_names
+
     small = find_nodes_from_matmul_to_exclude(str(path), external_data, calibration_data_reader=arguments["calibration_data_reader"], calibration_eps=["cpu"])
-    exact = [re.escape(name) + "$" for name in sorted(small) if name]
+    exact = exact_names(sorted(name for name in small if name))
     return {**arguments, "enable_gemv_detection_for_trt": False, "nodes_to_exclude": [*(arguments.get("nodes_to_exclude") or []), *exact] or None}
 
 
