@@ -3,12 +3,8 @@
 Recorded per model: max_abs_diff, cosine (of all outputs flattened) and cosine_centered (the
 same after subtracting the FP32 outputs' mean). The gate uses cosine_centered: outputs such
 as sigmoid scores sit near a constant (bert-tiny: 0.57 +- 0.03), where the plain cosine is
-0.9999 even for a broken model; centring measures whether the model follows FP32's variation.
-
-Each model is run once per batch of samples through one session (`model_outputs`), so the
-FP32 outputs can be computed once and compared with every candidate. `BackgroundOutputs`
-computes them on a worker thread while the conversion being checked runs (AutoCast and
-ModelOpt's calibration leave a core mostly idle), so the check itself is the candidate's run.
+0.9999 even for a broken model; centring measures whether the model follows FP32's variation. The FP32 outputs are computed once
+(`BackgroundOutputs`: beside the conversion, which leaves a core mostly idle) and compared with every candidate.
 """
 
 from __future__ import annotations
@@ -35,14 +31,9 @@ OUTPUT_BUDGET = 1 << 27  # output values the FP32 reference keeps for the checks
 
 
 class BackgroundOutputs:
-    """`model_outputs(path, batches)` on a worker thread with all cores but one.
-
-    `result()` waits for the outputs (None past OUTPUT_BUDGET values: `checked` then runs both models
-    batch by batch; or raises what the run raised) and counts the callers it
-    served (`served`); `seconds` is the run's own wall time. `cancel()` stops the run
-    (onnxruntime's RunOptions.terminate, honoured between operators) and waits for the thread, so
-    a failed or interrupted stage leaves nothing running.
-    """
+    """`model_outputs(path, batches)` on a worker thread with all cores but one; `result()` is None past
+    OUTPUT_BUDGET values (`checked` then runs both models batch by batch). `cancel()` stops the run (onnxruntime's
+    RunOptions.terminate, honoured between operators) and waits for it: a failed stage leaves nothing running."""
 
     def __init__(self, path: Path, batches: list[dict[str, np.ndarray]]):
         import onnxruntime as ort

@@ -1,10 +1,6 @@
-"""Calibration data for INT8: synthetic but valid samples from the profile, or a user's .npz.
-
-Both give `{input name: array}` with the samples concatenated along axis 0 (ModelOpt's
-`calibration_data` format), each sample of the profile's calibration shape (opt sizes).
-A user's file is checked against the ONNX model's inputs (pipeline/core/samples.py `load_npz`):
-every name present, dtype and shape right, no pickled objects, no NaN or Inf. Held-out accuracy
-samples use other seeds.
+"""Calibration data for INT8: synthetic but valid samples from the profile (opt shapes), or a user's .npz checked
+against the model's inputs (pipeline/core/samples.py `load_npz`); `{input name: array}`, samples along axis 0
+(ModelOpt's `calibration_data` format). Held-out accuracy samples use other seeds.
 """
 
 from __future__ import annotations

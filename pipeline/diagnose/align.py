@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -168,10 +168,7 @@ def judge(x: Step, y: Step, tolerance: float) -> Row:
     if x.shape != y.shape and _squeezed(x) != _squeezed(y):
         return Row("~", None, None)
     if not (x.is_float and y.is_float):
-        if x.value.dtype.kind in "fb" or y.value.dtype.kind in "fb":
-            return Row("~" if _family(x) != _family(y) or not np.array_equal(x.value.reshape(-1), y.value.reshape(-1)) else "=", None, None)
-        equal = np.array_equal(x.value.reshape(-1), y.value.reshape(-1))
-        return Row("=" if equal else "~", None, None)
+        return Row("=" if _family(x) == _family(y) and np.array_equal(x.value.reshape(-1), y.value.reshape(-1)) else "~", None, None)
     if x.value.dtype == y.value.dtype and np.array_equal(x.value.reshape(-1), y.value.reshape(-1)):
         return Row("=", None, None, 0.0, 0.0, 1.0 if np.any(x.value) else None)  # one pass: weights and their copies mostly
     u = saturated(x.value.astype(np.float64).reshape(-1))
@@ -193,13 +190,6 @@ def judge(x: Step, y: Step, tolerance: float) -> Row:
 
 
 def aligned_rows(a: list[Step], b: list[Step], by_name: bool, tolerance: float) -> list[Row]:
-    rows = []
-    for i, j in align(a, b, by_name):
-        if i is None:
-            rows.append(Row("+", None, j))
-        elif j is None:
-            rows.append(Row("-", i, None))
-        else:
-            judged = judge(a[i], b[j], tolerance)
-            rows.append(Row(judged.mark, i, j, judged.max_abs_diff, judged.relative, judged.cosine))
-    return rows
+    """Each aligned pair judged (`judge`); a step of one side only is "-" (only in A) or "+" (only in B)."""
+    return [replace(judge(a[i], b[j], tolerance), a=i, b=j) if i is not None and j is not None else Row("-" if j is None else "+", i, j)
+            for i, j in align(a, b, by_name)]

@@ -8,6 +8,7 @@ the rows around it (the verdict links to its place among every row), runs of equ
 
 from __future__ import annotations
 
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -117,11 +118,11 @@ def _fold_submodules(rows: list) -> list:
         owner = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in mapped), None) if r.tensor is None else None
         if owner is None:
             folded.append(r)
-            continue
-        if owner not in groups:
-            groups[owner] = [owner]
+        elif owner in groups:
+            groups[owner].append(r)
+        else:
+            groups[owner] = [owner, r]
             folded.append(groups[owner])
-        groups[owner].append(r)
     return folded
 
 
@@ -208,25 +209,12 @@ def _plain(row: AlignedRow) -> bool:
 def _blocks(rows: list[AlignedRow]) -> list[dict[str, Any]]:
     """Consecutive rows grouped: runs of more than FOLD plain equal rows (same op on both sides) folded."""
     blocks: list[dict[str, Any]] = []
-    run: list[AlignedRow] = []
-
-    def flush() -> None:
-        if len(run) > FOLD:
-            blocks.append({"folded": True, "rows": list(run)})
-        elif run:
-            blocks.append({"folded": False, "rows": list(run)})
-        run.clear()
-
-    for row in rows:
-        if _plain(row):
-            run.append(row)
-            continue
-        flush()
-        if blocks and not blocks[-1]["folded"]:
-            blocks[-1]["rows"].append(row)
+    for plain, group in groupby(rows, _plain):
+        group = list(group)
+        if plain or not blocks or blocks[-1]["folded"]:  # a short plain run starts an unfolded block; other rows join the one before
+            blocks.append({"folded": plain and len(group) > FOLD, "rows": group})
         else:
-            blocks.append({"folded": False, "rows": [row]})
-    flush()
+            blocks[-1]["rows"] += group
     return blocks
 
 

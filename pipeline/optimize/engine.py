@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,11 +51,7 @@ class RuleStats:
     why_not: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule, "priority": self.priority, "tried": self.tried, "applied": self.applied,
-            "nodes_added": self.nodes_added, "nodes_removed": self.nodes_removed, "seconds": round(self.seconds, 5),
-            "why_not": dict(self.why_not.most_common(3)),
-        }
+        return asdict(self) | {"seconds": round(self.seconds, 5), "why_not": dict(self.why_not.most_common(3))}
 
 
 class Context:

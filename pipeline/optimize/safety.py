@@ -1,14 +1,7 @@
-"""The writer's safety net: before the optimized model replaces its target, it must pass the checks
-its input passes.
-
-The checks, in order: `onnx.checker` with `full_check` (strict shape inference; a plain check when
-shape inference rejected the input), then loading in onnxruntime CPU with graph optimizations off
-(onnxruntime's own type inference, including inside If/Loop/Scan bodies). Both run on the model
-serialized without its large weights (an initializer above 1 KiB becomes a graph input of its
-type and shape, as for shape inference): on bert-base that is 0.2 MB instead of 440 MB, and
-nothing in either check reads a weight's values. A check the input already fails is not asked
-of the output (the rules cannot make the input valid); `optimize --stats` lists the checks passed.
-
+"""The writer's safety net: before the optimized model replaces its target, it must pass the checks its input
+passes: `onnx.checker` with `full_check` (a plain check when shape inference rejected the input), then loading in
+onnxruntime CPU with graph optimizations off (its own type inference, inside If/Loop/Scan bodies too). Both run on
+the model without its large weights (bert-base: 0.2 MB instead of 440 MB; neither check reads a weight's values).
 A failure is one line naming the failing node and the rule that last touched it; nothing is written.
 """
 

@@ -1,14 +1,4 @@
-"""No-op removal: nodes that compute their input unchanged.
-
-- `Identity(x) -> x`
-- `Cast(x, to=dtype(x)) -> x`
-- `Reshape(x, shape) -> x` when the result has x's (static) shape
-- `Transpose(x, perm=identity) -> x`
-- `Transpose(Transpose(x, p), q) -> x` when q composed with p is the identity (else one Transpose)
-- `Dropout(x) -> x` (inference; only when its mask output is unused)
-- `Expand(x, shape) -> x` when x already has the result's shape, or when every consumer is an
-  elementwise op that broadcasts x to the same shape anyway
-"""
+"""No-op removal: nodes that compute their input unchanged (each rule's docstring states its rewrite)."""
 
 from __future__ import annotations
 
