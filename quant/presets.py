@@ -34,10 +34,8 @@
   FP32 on 100% (the transformer rules with every Mul/Add input quantized: 59-91%).
 - `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`).
 
-Each preset names the model family it is written for (`Preset.family`); the lint and the engine
-prediction (trt/predict/) read the same data (`PlacementRules`, pipeline/core/qdq.py), so what a preset
-places, what the lint accepts and what the prediction expects TensorRT to fuse never disagree.
-What they recognize in a graph (attention, masks, RMSNorm) is in quant/patterns.py.
+The lint and the engine prediction (trt/predict/) read the presets' `PlacementRules` (pipeline/core/qdq.py), so
+they never disagree with a preset; what they recognize in a graph is in quant/patterns.py.
 """
 
 from __future__ import annotations
@@ -81,6 +79,8 @@ PRESETS = {
                       ["MatMul", "Gemm"], True, "auto", family="decoder", rules=DECODER_RULES),
 }
 FAMILY_PRESET = {"encoder": "trt-fusion", "decoder": "decoder", "cnn": "cnn"}
+FAMILY_EVIDENCE = {"decoder": "KV cache inputs/outputs or a causal mask", "cnn": "convolutions, no attention",
+                   "encoder": "attention or plain GEMMs, no convolution-only body"}
 PRESET_NAMES = ("auto", *PRESETS)  # "auto": the preset of the model's family
 KV_CACHE_NAME = re.compile(r"past|present|cache", re.IGNORECASE)
 
@@ -114,12 +114,7 @@ def check_family(preset: Preset, model) -> None:
     family = model_family(model)
     if preset.family is not None and preset.family != family:
         raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is {'an' if family[0] in 'aeiou' else 'a'} {family} "
-                         f"({_family_evidence(family)}): use --preset {FAMILY_PRESET[family]}")
-
-
-def _family_evidence(family: str) -> str:
-    return {"decoder": "KV cache inputs/outputs or a causal mask", "cnn": "convolutions, no attention",
-            "encoder": "attention or plain GEMMs, no convolution-only body"}[family]
+                         f"({FAMILY_EVIDENCE[family]}): use --preset {FAMILY_PRESET[family]}")
 
 
 @dataclass

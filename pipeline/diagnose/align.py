@@ -1,20 +1,11 @@
-"""Aligning two execution traces (trace.py) of one model.
+"""Aligning two execution traces (trace.py) of one model in near-linear time, as `patience diff` aligns text
+(onnx-array-api's `compare_onnx_execution` runs one banded edit distance over the whole traces instead):
 
-onnx-array-api's `compare_onnx_execution` aligns two traces with one banded edit distance over
-(kind, dtype, shape, a 4-letter summary of the values, op type), all initializers first. Here
-long traces align in near-linear time, as `patience diff` aligns text:
+1. anchors: steps whose key is unique in both ranges, the longest run of such pairs in order in both; keys, in
+   turn: the tensor name (precisions of one graph), the value fingerprint, (squeezed shape, op) of float results;
+2. each gap between anchors: an edit distance over the gap alone (`pair_costs`; a step of one side only costs 1).
 
-1. anchors: steps whose key is unique in both ranges are paired, keeping the longest run of such
-   pairs in order in both (longest increasing subsequence); keys, tried in turn: the tensor name
-   (when the two models share names: precisions of one graph), the value fingerprint, then
-   (squeezed shape, op) of float results; each gap between anchors is aligned the same way;
-2. what no key pairs is aligned by an edit distance over the gap alone: pairing two steps costs
-   0 for equal fingerprints, more the further their statistics are, more than deleting both when
-   their dtype family or squeezed shape differ, their statistics are far apart (FAR), or they are
-   integers or scalars of other values; a step of one side only costs 1.
-
-Each pair is then judged on the values themselves: `=` equal within the tolerance (max |b - a|
-over max |a|), `~` different, and a step of one side only is `-` (only in A) or `+` (only in B).
+Each pair is then judged on the values themselves (`judge`).
 """
 
 from __future__ import annotations
@@ -119,7 +110,8 @@ def _features(steps: list[Step]) -> tuple[np.ndarray, ...]:
 
 
 def pair_costs(a: list[Step], b: list[Step]) -> np.ndarray:
-    """cost[i, j] of pairing a[i] with b[j]."""
+    """cost[i, j] of pairing a[i] with b[j]: 0 for equal fingerprints, more the further their statistics, UNPAIRABLE
+    (more than deleting both) across dtype families or squeezed shapes, for statistics far apart (FAR), or unequal integers."""
     shape_a, key_a, op_a, kind_a, float_a, stats_a = _features(a)
     size_a = np.array([s.value.size for s in a])
     shape_b, key_b, op_b, kind_b, _, stats_b = _features(b)

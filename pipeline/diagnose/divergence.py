@@ -4,11 +4,8 @@ The torch model runs with a forward hook on every submodule, capturing what each
 for a dump, what it was given); the ONNX model runs on onnxruntime with every intermediate float
 tensor exposed (exposed.py). A module maps to a tensor through the scope each ONNX node
 records (pipeline/core/scopes.py): of the tensors the nodes of the module (and its children) make
-that other nodes read, the last in graph order with the module's output shape is its output.
-A module with no ONNX node of its own that changes what the module just before it returned (a
-BatchNorm after a Conv, which TorchScript folds into the Conv) is compared at that module's tensor,
-which holds the pair's result; the first module is then not comparable on its own.
-Modules are listed in the order they finish in torch (children before their parent), so the first
+that other nodes read, the last in graph order with the module's output shape is its output
+(a module the exporter folded into the one before it: `_compare_folded`). Modules are listed in the order they finish in torch (children before their parent), so the first
 one over the tolerance is where the export first goes wrong (`TorchComparison`; `ExportersComparison`
 holds both exporters' exports against torch and their alignment, for compare --exporters).
 """

@@ -118,23 +118,20 @@ class Context:
         return name
 
     def initializer(self, array: np.ndarray, base: str) -> ir.Value:
-        value = ir.Value(name=self.unique_name(base), const_value=ir.tensor(array))
-        value.shape, value.dtype = ir.Shape(array.shape), ir.DataType.from_numpy(array.dtype)
-        self._register(value)
-        return value
+        return self._add_initializer(ir.tensor(array), base)
 
     def lazy_initializer(self, compute, dtype: ir.DataType, shape: tuple[int, ...], base: str) -> ir.Value:
         """An initializer whose data `compute()` produces when the model is serialized."""
-        value = ir.Value(name=self.unique_name(base), const_value=ir.LazyTensor(compute, dtype, ir.Shape(shape)))
-        value.shape, value.dtype = ir.Shape(shape), dtype
-        self._register(value)
-        return value
+        return self._add_initializer(ir.LazyTensor(compute, dtype, ir.Shape(shape)), base)
 
-    def _register(self, value: ir.Value) -> None:
+    def _add_initializer(self, tensor: ir.TensorProtocol, base: str) -> ir.Value:
+        value = ir.Value(name=self.unique_name(base), const_value=tensor)
+        value.shape, value.dtype = ir.Shape(tensor.shape), tensor.dtype
         self.graph.register_initializer(value)
         if self.initializers_are_inputs:
             self.graph.inputs.append(value)
             self._inputs_added.add(value)
+        return value
 
     def replace(self, old_nodes: list[ir.Node], new_nodes: list[ir.Node], old_values: list[ir.Value], new_values: list[ir.Value]) -> None:
         """Put `new_nodes` where the node producing the last old value was, rewire `old_values` to
