@@ -93,8 +93,7 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
 
     check_room_for_modelopt(source, "autocast", low_precision_type)
     kept: list[str] = []
-    reruns = 0
-    while True:
+    for reruns in range(MAX_KERNEL_RERUNS + 1):
         try:
             result = _convert_once(source, target, low_precision_type, op_types_to_exclude, [*nodes_to_exclude, *exact_names(kept)], feed_sets,
                                    reference_feeds, check_on, unchecked)
@@ -103,7 +102,6 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
             if err.node in kept or reruns == MAX_KERNEL_RERUNS:
                 raise
             kept += _alike(source, err.node)
-            reruns += 1
 
 
 def _reference_run_errors() -> tuple[type[Exception], ...]:

@@ -128,9 +128,7 @@ def _float_region(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
 
 def _weights(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
     for node in g.nodes:
-        if node.op_type not in GEMM_OPS or len(node.input) < 2:
-            continue
-        if not g.quantized_activation(node.input[0]):
+        if node.op_type not in GEMM_OPS or len(node.input) < 2 or not g.quantized_activation(node.input[0]):
             continue
         weight = node.input[1]
         if g.constant(weight) is not None:

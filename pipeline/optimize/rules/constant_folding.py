@@ -208,10 +208,9 @@ class FoldStaticShape(Rule):
     def check(self, node: ir.Node, ctx: Context) -> dict[str, Any] | str:
         if node.outputs[0].is_graph_output():
             return GRAPH_OUTPUT
-        shape = node.inputs[0].shape
-        if shape is None:
+        dims = _shape_dims(node.outputs[0], ctx)
+        if dims is None:
             return "input shape unknown"
-        dims = list(shape)[_attr(node, "start", 0) : _attr(node, "end", None)]
         if not all(isinstance(d, int) for d in dims):
             return "dims are symbolic"
         return {"result": np.array(dims, dtype=np.int64)}
