@@ -68,6 +68,7 @@ def stdout_console(keep_going: bool = False) -> Console:
 
 _debug = False
 
+
 def choices(name: str, values) -> type[Enum]:
     """A typer choice of `values`: an Enum of str, each member named as its value with `-` as `_`."""
     return Enum(name, {value.replace("-", "_"): value for value in values}, type=str)
