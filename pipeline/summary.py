@@ -14,8 +14,9 @@ from rich.console import Console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.manifest import StageRecord
 from pipeline.core.profiles import REPO_PROFILES, Profile
+from trt.capability import RUN_IN_IMAGE
 
-_DOCKER = re.compile(r"; run it in our image on a machine with an NVIDIA GPU, from this folder: (?P<command>docker build .+)$")
+_DOCKER = re.compile(re.escape(RUN_IN_IMAGE) + r"(?P<command>docker build .+)$")
 REAL_LOG = REPO_PROFILES.parent / "tests" / "data" / "trt" / "bert-fp16-trt10.10.detailed.log"
 
 

@@ -12,6 +12,15 @@ IMAGE = "trt-pipeline"
 REPOSITORY = Path(__file__).resolve().parent.parent
 
 
+RUN_IN_IMAGE = "; run it in our image on a machine with an NVIDIA GPU, from this folder: "
+
+
+def needs_tensorrt(what: str, missing: str, command: str) -> str:
+    """`what` needs TensorRT and a GPU: why it is missing here, then the command that runs it in our image (last: the
+    build's summary prints it once, under the stage lines, pipeline/summary.py)."""
+    return f"{what} needs TensorRT and a GPU: {missing}{RUN_IN_IMAGE}{command}"
+
+
 def tensorrt_missing() -> str | None:
     """None when TensorRT imports and a CUDA device is present, else the reason."""
     try:

@@ -140,11 +140,10 @@ def _check_calibration_file(path: Path, profile) -> None:
 def _fail_early_without_tensorrt(plan, rerun_hint) -> None:
     """--strict on a machine without TensorRT fails before the CPU stages, not after them."""
     from pipeline.core.errors import CapabilityMissing
-    from trt.capability import tensorrt_missing
+    from trt.capability import needs_tensorrt, tensorrt_missing
 
     if any(stage.name in ("build", "bench") for stage in plan) and (missing := tensorrt_missing()):
-        raise CapabilityMissing(f"--strict: building engines needs TensorRT and a GPU: {missing}; run it in our image on a machine with an "
-                                f"NVIDIA GPU, from this folder: {rerun_hint()}")
+        raise CapabilityMissing(needs_tensorrt("--strict: building engines", missing, rerun_hint()))
 
 
 def check_build_options(options: Options) -> None:

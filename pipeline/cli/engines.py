@@ -152,14 +152,13 @@ def bench(
     loaded = as_built(load_profile(profile or recorded_profile(artifact) or DEFAULT_PROFILE), artifact)
     if backend is Backend.trt:  # before looking for engines: a CPU build has none, and the answer is where to run it
         from pipeline.core.errors import CapabilityMissing
-        from trt.capability import docker_command, profile_argument, tensorrt_missing
+        from trt.capability import docker_command, needs_tensorrt, profile_argument, tensorrt_missing
 
         missing = tensorrt_missing()
         if missing:
             arguments = ["bench", artifact, "--backend", "trt", "--warmup", str(warmup), "--iterations", str(iterations), "--profile", profile_argument(loaded)]
             arguments += (["--batch", str(batch)] if batch else []) + (["-o", output] if output else [])
-            raise CapabilityMissing(f"bench --backend trt needs TensorRT and a GPU: {missing}; run it in our image on a machine with an NVIDIA GPU, "
-                                    f"from this folder: {docker_command(arguments)}")
+            raise CapabilityMissing(needs_tensorrt("bench --backend trt", missing, docker_command(arguments)))
     models = _bench_models(artifact, backend.value)
     target = output or (artifact if artifact.is_dir() else artifact.parent) / f"bench.{backend.value}.json"
     check_outputs([target, target.with_suffix(".png")], list(models.values()))

@@ -27,7 +27,7 @@ def precisions_of(settings: Settings) -> list[precisions.Precision]:
 def skip_without_tensorrt(what: str, job: Job, wanted: list[precisions.Precision] = ()) -> StageResult | None:
     """A skip with the reason and the command that runs it in our image, when TensorRT is not here; None when it is.
     The precisions `wanted` that need a newer GPU say so."""
-    from trt.capability import tensorrt_missing
+    from trt.capability import needs_tensorrt, tensorrt_missing
 
     missing = tensorrt_missing()
     if missing is None:
@@ -35,8 +35,7 @@ def skip_without_tensorrt(what: str, job: Job, wanted: list[precisions.Precision
     requirements = {p.name: {"requires_compute_capability": ".".join(map(str, p.min_compute_capability))} for p in wanted if p.min_compute_capability}
     needs = "".join(f" (the {precisions.by_name(name).label} engine also needs compute capability {n['requires_compute_capability']}+)"
                     for name, n in requirements.items())
-    # the command comes last: the build's summary prints it once, under the stage lines (pipeline/summary.py)
-    reason = f"{what} needs TensorRT and a GPU: {missing}{needs}; run it in our image on a machine with an NVIDIA GPU, from this folder: {job.rerun_hint()}"
+    reason = needs_tensorrt(what, missing + needs, job.rerun_hint())
     return StageResult({}, requirements, skipped=True, reason=reason, capability_missing=True)
 
 
