@@ -222,6 +222,8 @@ CASES = {
     # 1. OSError on output: one line naming the path and what to do
     "report -o a directory": Case(("report", "layers.json", "-o", "folder.onnx"), "folder.onnx: is a directory"),
     "diff -o a directory": Case(("diff", "layers.json", "layers.json", "-o", "folder.onnx"), "is a directory"),
+    "diff of a missing file": Case(("diff", "nothere.json", "layers.json"), "Path 'nothere.json' does not exist"),
+    "diff --a of no precision": Case(("diff", "folder.onnx", "--a", "fp61"), "'fp61' is not one of 'fp32', 'fp16', 'int8', 'fp8', 'int4', 'bf16'"),
     "export -o a directory": Case(("export", "--profile", "tiny.toml", "-o", "folder.onnx"), "is a directory"),
     "optimize -o a directory": Case(("optimize", "good.onnx", "-o", "folder.onnx"), "is a directory"),
     "quantize -o a directory": Case(("quantize", "good.onnx", "--fp16", "-o", "folder.onnx"), "is a directory"),

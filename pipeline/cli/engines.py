@@ -8,12 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from pipeline.cli.app import app, choices, console, emit, output_format, stdout_console
+from pipeline import precisions
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 from trt.render import FORMATS
 
 OutputFormat = choices("OutputFormat", FORMATS)
 LayerInfoFormat = choices("LayerInfoFormat", ("auto", "json", "log", "polygraphy", "layer-json"))
+PrecisionName = choices("PrecisionName", precisions.names())
 
 FormatOption = Annotated[Optional[OutputFormat], typer.Option("--format", "-f", help="Output format [default: from -o's suffix, else text].")]
 OutputOption = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout.")]
@@ -68,10 +70,10 @@ def report(
     )
 )
 def diff(
-    a: Annotated[Path, typer.Argument(help="Layer information of engine A (the reference, e.g. FP16), or a build's output folder.")],
-    b: Annotated[Optional[Path], typer.Argument(help="Layer information of engine B (e.g. INT8); none when A is a build folder.")] = None,
-    a_precision: Annotated[Optional[str], typer.Option("--a", help="A build folder's engine A [default: fp16 if built, else fp32].")] = None,
-    b_precision: Annotated[Optional[str], typer.Option("--b", help="A build folder's engine B [default: its first quantized engine].")] = None,
+    a: Annotated[Path, typer.Argument(exists=True, help="Layer information of engine A (the reference, e.g. FP16), or a build's output folder.")],
+    b: Annotated[Optional[Path], typer.Argument(exists=True, help="Layer information of engine B (e.g. INT8); none when A is a build folder.")] = None,
+    a_precision: Annotated[Optional[PrecisionName], typer.Option("--a", help="A build folder's engine A [default: fp16 if built, else fp32].")] = None,
+    b_precision: Annotated[Optional[PrecisionName], typer.Option("--b", help="A build folder's engine B [default: its first quantized engine].")] = None,
     onnx_a: Annotated[Optional[Path], typer.Option(help="ONNX file engine A was built from.")] = None,
     onnx_b: Annotated[Optional[Path], typer.Option(help="ONNX file engine B was built from (finds the Q/DQ pair at each cut).")] = None,
     timing_a: Annotated[Optional[Path], typer.Option(help="trtexec --exportProfile JSON of A.")] = None,
@@ -90,7 +92,7 @@ def diff(
     if a.is_dir():
         if b is not None or onnx_a or onnx_b or timing_a or timing_b:
             raise PipelineError(f"diff {a}: a build folder gives both engines and their files; choose them with --a and --b, not {b or 'the file options'}")
-        engine_a, engine_b = _engines_of_build(a, a_precision, b_precision)
+        engine_a, engine_b = _engines_of_build(a, a_precision and a_precision.value, b_precision and b_precision.value)
         a, onnx_a, timing_a = engine_a.layers, engine_a.onnx, engine_a.profile
         b, onnx_b, timing_b = engine_b.layers, engine_b.onnx, engine_b.profile
     elif b is None or a_precision or b_precision:
