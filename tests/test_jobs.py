@@ -342,7 +342,7 @@ def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_
     the "to run it" column is left out when no cell has a command to run it."""
     import re
 
-    from pipeline.jobs.gather import gather, render_html
+    from pipeline.jobs.gather import gather, render_html, render_md
 
     definition = {"model": "tiny-mlp", "precision": "fp32", "backend": "ort-cpu", "shape": {"batch": 8}, "builder": {}, "gpu": "cpu"}
     reason = "2 of 3 repeats under the minimum duration (300 ms) or iteration count (10) after 3 longer reruns"
@@ -364,3 +364,4 @@ def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_
     page = render_html(gather([tmp_path]))  # a command wraps at its spaces and after / (it broke anywhere)
     assert "to run it" in page and "break-all" not in page
     assert '<td class="cmd">docker run --gpus all -v /<wbr>data/<wbr>res:/<wbr>res trt-pipeline</td>' in page
+    assert "; to run it: `docker run --gpus all -v /data/res:/res trt-pipeline`" in render_md(gather([tmp_path]))  # md keeps it too

@@ -157,7 +157,7 @@ def plots(result: dict[str, Any]) -> dict[str, str]:
         axis.axvline(1.0, color="#333", linewidth=1)
         axis.invert_yaxis()
         axis.tick_params(axis="y", labelsize=7)
-        axis.set_xlabel("speedup (p50 of the slower precision / p50 of the faster one; > 1 is faster)")
+        axis.set_xlabel("speedup of A over B in A/B (p50 of B / p50 of A; > 1: A is faster)")
         figure.tight_layout()
         images["speedup"] = _png(figure, plt)
     return images
@@ -202,10 +202,11 @@ def render_md(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) 
                                                           r["p50_ms"], r["p90_ms"], r["cv"], r["valid"], r["regions"], predicted,
                                                           r["verdict"] or r["engine_note"])) + " |")
     if result["speedups"]:
-        lines += ["", "| model | shape | backend | GPU | ratio | speedup |", "|---|---|---|---|---|---:|"]
+        lines += ["", "| model | shape | backend | GPU | A/B | speedup of A over B (p50 of B / p50 of A) |", "|---|---|---|---|---|---:|"]
         lines += ["| " + " | ".join(cell(s[k]) for k in ("model", "shape", "backend", "gpu", "ratio", "speedup")) + " |" for s in result["speedups"]]
     if result["not_run"]:
-        lines += ["", "## Not run", ""] + [f"- `{r['id']}` {cell(r['label'])}: {r['status']}, {cell(r['reason'])}" for r in result["not_run"]]
+        lines += ["", "## Not run", ""] + [f"- `{r['id']}` {cell(r['label'])}: {r['status']}, {cell(r['reason'])}"
+                                          + (f"; to run it: `{r['docker']}`" if r["docker"] else "") for r in result["not_run"]]
     if slow:
         lines += ["", "## Slower than the baseline allows", ""] + [f"- `{r['id']}` {cell(r['label'])}: {r['change']:+.1%}" for r in slow]
     return "\n".join(lines) + "\n"
