@@ -23,13 +23,11 @@ from pipeline.core.qdq import (
     FUSED_ATTENTION_HEAD_SIZES,
     FUSED_ATTENTION_MAX_SEQUENCE,
     GEMM_OPS,
-    LINT_RULES,
     PlacementRules,
     QdqGraph,
 )
 from quant.presets import FAMILY_PRESET, PRESETS, model_family
 
-RULES = LINT_RULES  # each with what TensorRT does, its source and its fix: pipeline/core/qdq.py RULES
 INT4_TYPES = (21, 22)  # onnx.TensorProto.UINT4, INT4
 INT4_CONSUMERS = ("MatMul", "Gemm", "Gather", "Transpose", "Reshape", "Cast")
 
@@ -79,7 +77,7 @@ def _qdq_after_gemm(g: QdqGraph, rules: PlacementRules) -> Iterator[Finding]:
             continue
         for tensor in node.input:
             pair = g.quantized_activation(tensor)
-            if pair is None or not g.rejected(rules, pair[0].input[0], node, tensor):
+            if pair is None or g.rejection(rules, pair[0].input[0], node, tensor) is None:
                 continue
             gemm = g.gemm_behind(pair[0].input[0], rules.epilogue_ops, single_use=rules.residual_skip)
             q, dq = pair

@@ -211,7 +211,7 @@ def apply_preset(preset: Preset, model, kept: frozenset[str] = frozenset()) -> l
         moves = graph.moves_between(q, dq)
         readers = list(graph.consumers(dq.output[0]))
         rejected = [c for c in readers if (preset.op_types_to_quantize is not None and c.op_type not in preset.op_types_to_quantize)
-                    or c.name in kept or graph.rejected(rules, q.input[0], c, dq.output[0])]
+                    or c.name in kept or graph.rejection(rules, q.input[0], c, dq.output[0]) is not None]
         if moves:  # Q -> Transpose/Reshape -> DQ (FP8): only a whole pair goes, the data movement stays, in float
             if rejected != readers or dq.output[0] in outputs or not graph.single_path(q, dq):
                 continue

@@ -14,10 +14,11 @@ from conftest import REPO, run_cli, write_profile
 
 from pipeline.core.errors import InputError, ProfileError
 from pipeline.core.profiles import load_profile
+from pipeline.core.qdq import LINT_RULES
 from pipeline.core.verify import OnnxSession, run_onnx
 from pipeline.export import export_model
 from pipeline.models.module import flatten_outputs
-from quant.lint import RULES, lint_model
+from quant.lint import lint_model
 from quant.patterns import attention_mask_adds, attention_shapes
 
 pytest.importorskip("transformers")
@@ -218,7 +219,7 @@ def test_every_lint_rule_is_silent_on_hf_bert_after_our_int8_stage(hf_bert_build
     out, stages = hf_bert_build
     model = onnx.load(str(out / "model.int8.onnx"))
     assert stages["int8"]["metrics"]["lint"] == {"count": 0, "by_rule": {}}
-    assert {rule: [f for f in lint_model(model) if f.rule == rule] for rule in RULES} == {rule: [] for rule in RULES}
+    assert {rule: [f for f in lint_model(model) if f.rule == rule] for rule in LINT_RULES} == {rule: [] for rule in LINT_RULES}
     # residual-skip-not-quantized: the mask Adds before Softmax add an unquantized mask to a quantized
     # MatMul's scores (what the rule once mistook for a residual)
     producer = {o: n for n in model.graph.node for o in n.output}

@@ -206,10 +206,6 @@ class QdqGraph(GraphIndex):
                     and (rules.residual_skip or any(reader.op_type == "QuantizeLinear" for reader in self.consumers(skip))):
                 yield node, [gemm], skip
 
-    def rejected(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> bool:
-        """The rules reject a Q/DQ on this edge (see `rejection`)."""
-        return self.rejection(rules, source, consumer, dq_output) is not None
-
     def rejection(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> str | None:
         """The id of the rule that rejects a Q/DQ on this edge (None: accepted): the input of a float region, or a GEMM/Conv
         output before an op that fuses into it, except the one quantized input of a residual Add whose other input is the

@@ -110,11 +110,6 @@ def run_failure(err: Exception) -> str:
     return f"{match[1]} node '{match[2]}': {message}"
 
 
-def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> float:
-    """Largest |reference - candidate| over all outputs and all feed sets (onnxruntime CPU)."""
-    return differences(reference, candidate, feed_sets)[0]
-
-
 def differences(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> tuple[float, float]:
     """(max |reference - candidate|, the same relative to each output's largest magnitude above 1) over all outputs and feeds."""
     expected, actual = OnnxSession(reference, as_written=True), OnnxSession(candidate, as_written=True)
