@@ -32,9 +32,13 @@ class OptimizeResult:
         delta = {op: self.ops_after.get(op, 0) - self.ops_before.get(op, 0) for op in sorted(ops)}
         return {op: d for op, d in delta.items() if d}
 
-    def last_rules(self, count: int = 3) -> list[str]:
-        """The last `count` distinct rules applied, most recent first."""
-        return list(dict.fromkeys(reversed(self.history)))[:count]
+    def last_rules(self) -> list[str]:
+        return recent_rules(self.history)
+
+
+def recent_rules(history: list[str]) -> list[str]:
+    """The last three distinct rules applied, most recent first."""
+    return list(dict.fromkeys(reversed(history)))[:3]
 
 
 def select_rules(only: list[str] | None = None, skip: list[str] | None = None) -> list:

@@ -14,6 +14,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from pipeline.core.errors import StageFailed
+from pipeline.optimize import recent_rules
 
 log = logging.getLogger(__name__)
 
@@ -70,5 +71,5 @@ def _culprit(detail: str, history: list[str], touched: dict[str, str]) -> str:
             return f"node {match.group(1)} was last touched by rule {rule}; skip it with --skip-rules {rule} and report this"
     if not history:
         return "no rule changed the graph; report this"
-    last = list(dict.fromkeys(reversed(history)))[:3]
+    last = recent_rules(history)
     return f"last rules applied: {', '.join(last)}; skip them with --skip-rules {','.join(last)} and report this"
