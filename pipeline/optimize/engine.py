@@ -117,6 +117,11 @@ class Context:
         self._names.add(name)
         return name
 
+    def fused_node(self, op_type: str, inputs: list[ir.Value], attributes: dict[str, Any], replacing: ir.Node) -> ir.Node:
+        """An `op_type` node in the scope of the node it replaces ("/m/Div" -> "/m/Gelu"), with its metadata."""
+        scope = replacing.name.rsplit("/", 1)[0] + "/" if "/" in replacing.name else ""
+        return ir.node(op_type, inputs, attributes, name=self.unique_name(scope + op_type), metadata_props=dict(replacing.metadata_props))
+
     def initializer(self, array: np.ndarray, base: str) -> ir.Value:
         return self._add_initializer(ir.tensor(array), base)
 

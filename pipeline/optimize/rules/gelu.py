@@ -130,9 +130,8 @@ class FuseGelu(Rule):
         return {"x": x, "approximate": approximate, "nodes": [n for n in matched if n in removable]}
 
     def rewrite(self, node: ir.Node, bound: dict[str, Any], ctx: Context) -> None:
-        scope = node.name.rsplit("/", 1)[0] + "/" if "/" in node.name else ""
         attributes = {"approximate": "tanh"} if bound["approximate"] == "tanh" else {}
-        fused = ir.node("Gelu", [bound["x"]], attributes, name=ctx.unique_name(scope + "Gelu"), metadata_props=dict(node.metadata_props))
+        fused = ctx.fused_node("Gelu", [bound["x"]], attributes, node)
         ctx.replace(bound["nodes"], [fused], [node.outputs[0]], [fused.outputs[0]])
 
 

@@ -67,11 +67,8 @@ class FuseLayerNorm(Rule):
         dtype, shape = bound["x"].dtype.numpy(), bound["normalized_shape"]
         gamma = _as_value(bound["gamma"], np.ones(shape, dtype), f"{node.name}_gamma", ctx)
         beta = _as_value(bound["beta"], np.zeros(shape, dtype), f"{node.name}_beta", ctx)
-        last = bound["nodes"][-1]
-        fused = ir.node(
-            "LayerNormalization", [bound["x"], gamma, beta], {"axis": bound["axis"], "epsilon": float(bound["epsilon"])},
-            name=ctx.unique_name(_scope(last.name) + "LayerNormalization"), metadata_props=dict(last.metadata_props),
-        )
+        attributes = {"axis": bound["axis"], "epsilon": float(bound["epsilon"])}
+        fused = ctx.fused_node("LayerNormalization", [bound["x"], gamma, beta], attributes, bound["nodes"][-1])
         ctx.replace(bound["nodes"], [fused], [bound["out"]], [fused.outputs[0]])
 
 
@@ -115,10 +112,6 @@ def _affine(bound: dict[str, Any], ctx: Context, normalized_shape: tuple) -> dic
         bound["nodes"].append(follower)
         bound["out"] = follower.outputs[0]
     return bound
-
-
-def _scope(name: str) -> str:
-    return name.rsplit("/", 1)[0] + "/" if "/" in name else ""
 
 
 RULES = [FuseLayerNorm()]
