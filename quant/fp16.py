@@ -104,15 +104,6 @@ def _convert(source: Path, target: Path, low_precision_type: str, op_types_to_ex
             kept += _alike(source, err.node)
 
 
-def _reference_run_errors() -> tuple[type[Exception], ...]:
-    """What AutoCast's reference run raises when onnxruntime cannot run the model on its inputs (none is a RuntimeError)."""
-    from polygraphy.exception import PolygraphyException
-
-    from pipeline.core.verify import onnxruntime_errors
-
-    return (*onnxruntime_errors(), PolygraphyException)
-
-
 def _alike(source: Path, name: str) -> list[str]:
     """The node `name` of `source` and every other of its op type and attributes: onnxruntime lacks their kernel too
     (JetMoE's six ScatterND adds, one conversion instead of six)."""
@@ -130,8 +121,10 @@ def _convert_once(source: Path, target: Path, low_precision_type: str, op_types_
                   unchecked: str) -> AutocastResult:
     import onnx
     from modelopt.onnx.autocast import convert_to_mixed_precision
+    from polygraphy.exception import PolygraphyException
 
     from pipeline.core.devices import onnxruntime_cuda_missing
+    from pipeline.core.verify import onnxruntime_errors
     from quant import before_modelopt
 
     before_modelopt()
@@ -146,7 +139,7 @@ def _convert_once(source: Path, target: Path, low_precision_type: str, op_types_
             )
     except (ValueError, KeyError) as err:
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast cannot convert {source}: {err}") from err
-    except _reference_run_errors() as err:  # onnxruntime's and Polygraphy's, from AutoCast's FP32 reference run
+    except (*onnxruntime_errors(), PolygraphyException) as err:  # AutoCast's FP32 reference run failed (none is a RuntimeError)
         hint = ("it ran the model on random inputs: a model whose inputs must agree (a decoder's attention mask with its cache) "
                 "needs the profile's, pass --profile" if reference_feeds is None else "report it with the model")
         raise StageFailed(f"{low_precision_type}: ModelOpt AutoCast's FP32 reference run of {source} failed ({type(err).__name__}: "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pipeline.core.attention import attention_scores
 from pipeline.core.graph import GraphIndex
-from pipeline.core.qdq import mask_adds
 
 CAUSAL_COMPARISONS = ("Less", "LessOrEqual", "Greater", "GreaterOrEqual")
 
@@ -44,12 +43,6 @@ def reads_token_ids(model) -> bool:
                 node.input[0] in graph.initializers or graph.op(node.input[0]) in ("Constant", "DequantizeLinear")):
             return True
     return False
-
-
-def attention_mask_adds(model) -> list[str]:
-    """Names of the Adds that add a mask to attention scores: their output feeds a Softmax
-    (not residuals: the "skip" side is a mask of 0 and large negative values)."""
-    return mask_adds(GraphIndex.of(model))
 
 
 def attention_shapes(model) -> list[tuple[str, int | None, int | None]]:

@@ -54,8 +54,9 @@ from pipeline.core.qdq import (
     TRANSFORMER_RULES,
     PlacementRules,
     QdqGraph,
+    mask_adds,
 )
-from quant.patterns import attention_mask_adds, attention_matmuls, attention_shapes, builds_causal_mask, reads_token_ids, rms_norm_nodes, router_gemms
+from quant.patterns import attention_matmuls, attention_shapes, builds_causal_mask, reads_token_ids, rms_norm_nodes, router_gemms
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,6 @@ def resolve_preset(name: str, model) -> Preset:
     return PRESETS[name]
 
 
-def check_family(preset: Preset, model) -> None:
-    """A preset written for another family than the model's is one line naming the preset that fits."""
-    family = model_family(model)
-    if preset.family is not None and preset.family != family:
-        raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is {'an' if family[0] in 'aeiou' else 'a'} {family} "
-                         f"({FAMILY_EVIDENCE[family]}): use --preset {FAMILY_PRESET[family]}")
-
-
 @dataclass
 class PresetPlan:
     op_types_to_quantize: list[str] | None
@@ -129,8 +122,11 @@ def plan_preset(preset: Preset, model, max_sequence: int | None) -> PresetPlan:
     """ModelOpt arguments for a preset; decides attention quantization from the model's shapes."""
     if preset.attention == "modelopt":
         return PresetPlan(preset.op_types_to_quantize, False, ["attention Q/DQ as ModelOpt places them"])
-    check_family(preset, model)
-    masks = attention_mask_adds(model)
+    family = model_family(model)
+    if preset.family is not None and preset.family != family:  # a preset written for another family: name the one that fits
+        raise InputError(f"--preset {preset.name} is written for {preset.family} models, but this model is {'an' if family[0] in 'aeiou' else 'a'} {family} "
+                         f"({FAMILY_EVIDENCE[family]}): use --preset {FAMILY_PRESET[family]}")
+    masks = mask_adds(GraphIndex.of(model))
     # a preset keeping the attention MatMuls in float says so below, not whether they could be quantized
     plan = PresetPlan(preset.op_types_to_quantize, False) if "attention" in preset.rules.keep_float else _attention_plan(preset, model, max_sequence)
     plan.nodes_to_exclude = masks

@@ -13,13 +13,14 @@ import pytest
 from conftest import REPO, run_cli, write_profile
 
 from pipeline.core.errors import InputError, ProfileError
+from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import load_profile
-from pipeline.core.qdq import LINT_RULES
+from pipeline.core.qdq import LINT_RULES, mask_adds
 from pipeline.core.verify import OnnxSession, run_onnx
 from pipeline.export import export_model
 from pipeline.models.module import flatten_outputs
 from quant.lint import lint_model
-from quant.patterns import attention_mask_adds, attention_shapes
+from quant.patterns import attention_shapes
 
 pytest.importorskip("transformers")
 import torch  # noqa: E402
@@ -223,7 +224,7 @@ def test_every_lint_rule_is_silent_on_hf_bert_after_our_int8_stage(hf_bert_build
     # residual-skip-not-quantized: the mask Adds before Softmax add an unquantized mask to a quantized
     # MatMul's scores (what the rule once mistook for a residual)
     producer = {o: n for n in model.graph.node for o in n.output}
-    masks = attention_mask_adds(model)
+    masks = mask_adds(GraphIndex.of(model))
     assert len(masks) == 2
     for add in (n for n in model.graph.node if n.name in masks):
         scores = next(producer[i] for i in add.input if producer[i].op_type == "MatMul")
