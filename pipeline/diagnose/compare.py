@@ -42,8 +42,15 @@ class NodeError:
 VERDICT_OUTPUTS = 4  # the outputs a verdict names, largest error first
 
 
+class Verdicted:
+    """A result whose JSON is its fields and its one-line `verdict`."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self) | {"verdict": self.verdict}
+
+
 @dataclass
-class NodeComparison:
+class NodeComparison(Verdicted):
     """Two precisions of one graph compared tensor by tensor: the error at the outputs, and per node of A."""
 
     reference: str
@@ -71,9 +78,6 @@ class NodeComparison:
         text = ", ".join(f"{k} {v:.3g}" if v is not None else f"{k} -" for k, v in ranked[:shown])
         more = f" and {len(ranked) - shown} more (--format json has each)" if len(ranked) > shown else ""
         return f"error at the outputs: {text}{more}"
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"verdict": self.verdict}
 
 
 def compare_models(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]], workdir: Path) -> NodeComparison:
@@ -194,7 +198,7 @@ class AlignedRow:
 
 
 @dataclass
-class Alignment:
+class Alignment(Verdicted):
     """Two executions aligned step by step (align.py), each pair judged; the first pair of float results that differ is the verdict."""
 
     a: str
@@ -225,9 +229,6 @@ class Alignment:
         return (f"first divergence at row {first.row}: A {a.op or a.kind} {a.name!r} (module {a.module or '-'}) vs "
                 f"B {b.op or b.kind} {b.name!r} (module {b.module or '-'}): max_abs_diff {first.max_abs_diff:.3g}, "
                 f"cosine {cosine}; {tally}")
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"verdict": self.verdict}
 
 
 def align_models(reference: Path, candidate: Path, feeds: dict[str, np.ndarray], workdir: Path, nodes: str | None = None,

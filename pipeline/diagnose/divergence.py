@@ -13,7 +13,7 @@ holds both exporters' exports against torch and their alignment, for compare --e
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from pipeline.core.errors import InputError, first_line
 from pipeline.core.graph import GraphIndex
 from pipeline.core.profiles import Profile
 from pipeline.core.scopes import NAME_SCOPES_KEY, inline_functions_proto, module_name, node_scope
-from pipeline.diagnose.compare import AlignedRow, Alignment
+from pipeline.diagnose.compare import AlignedRow, Alignment, Verdicted
 
 NO_NODE = "no ONNX node records this module (folded away, an identity, or inside a module exported as a function)"
 FUSED = "fused with the next module"
@@ -41,7 +41,7 @@ class ModuleError:
 
 
 @dataclass
-class TorchComparison:
+class TorchComparison(Verdicted):
     """An ONNX file against its torch model, module by module, in the order the modules finish in torch."""
 
     onnx: str
@@ -65,9 +65,6 @@ class TorchComparison:
         """"B into A" for each module B compared at the ONNX node of the module A before it, which the exporter folded it into."""
         return [f"{after.module} into {before.module}" for before, after in zip(self.rows, self.rows[1:]) if before.note.startswith(FUSED)]
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"verdict": self.verdict}
-
 
 @dataclass
 class ExportCheck:
@@ -84,7 +81,7 @@ class ExportCheck:
 
 
 @dataclass
-class ExportersComparison:
+class ExportersComparison(Verdicted):
     """compare --exporters: each exporter's export against torch, and the two exports aligned with each other."""
 
     profile: str
@@ -133,7 +130,7 @@ class ExportersComparison:
         return f"the two exports compute equal results on every paired row, only their weights differ ({len(different)} rows from row {different[0].row}){why}"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"alignment": self.alignment.to_json(), "verdict": self.verdict}
+        return super().to_json() | {"alignment": self.alignment.to_json()}
 
 
 def some(names: list[str], shown: int = 3) -> str:
