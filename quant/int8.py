@@ -1,9 +1,5 @@
-"""INT8 stage: explicit Q/DQ placed by ModelOpt PTQ, calibrated on the data given, then shaped by
-a placement preset (quant/presets.py).
-
-Calibration always uses our samples (never ModelOpt's built-in random data, whose token ids
-can leave the vocabulary and crash Gather) and never `calibrate_per_node` (~600x slower on CPU).
-"""
+"""INT8 stage: explicit Q/DQ placed by ModelOpt PTQ (quant/ptq.py: on a private copy, on our samples), calibrated
+on the data given, then shaped by a placement preset (quant/presets.py)."""
 
 from __future__ import annotations
 
@@ -49,8 +45,6 @@ def quantize_int8(
     from quant.ptq import run_with_preset
 
     feeds = calibration if isinstance(calibration, list) else split(calibration, batch, batch_axes(source))  # a list: feeds of their own shapes
-    # ModelOpt rewrites the file it is given (shape inference in place) and writes intermediates
-    # beside it and beside its output: run_modelopt gives it a private copy in a work folder, never our input
     preset, plan, model, removed = run_with_preset(
         source, target, "int8", preset_name, max_sequence, nodes_to_exclude or [], hint="try another --preset", quantize_mode="int8",
         calibration_data_reader=calibration_reader(feeds, on_step), calibration_method=calibration_method, high_precision_dtype=high_precision_dtype,

@@ -1,8 +1,9 @@
 """What the INT8, FP8 and INT4 entries share: ModelOpt's ONNX PTQ run on a private copy, quietly, its
 errors as ours; the Q/DQ counts of the result; and its accuracy against the FP32 model.
 
-Like the INT8 stage: calibration always uses our samples (never ModelOpt's random data) on the
-CPU provider (`calibration_eps=["cpu"]`), and ModelOpt never touches the caller's file.
+Calibration always uses our samples on the CPU provider (never ModelOpt's built-in random data, whose token ids
+can leave the vocabulary and crash Gather) and never `calibrate_per_node` (~600x slower on CPU). ModelOpt rewrites
+the file it is given (shape inference in place) and writes intermediates beside it: it never gets the caller's file.
 """
 
 from __future__ import annotations
