@@ -217,10 +217,10 @@ def compare_to_torch(profile: Profile, module: Any, onnx_path: Path, feeds: dict
     profile's export tolerance), and what each module got and returned. `module` is the profile's torch
     model (the caller builds it: export.py calls this module, so this one never imports export.py);
     `feeds` are in the profile's input order."""
-    from pipeline.diagnose.exposed import run_exposing_all
+    from pipeline.diagnose.exposed import exposing_results
 
     captures = capture_modules(module, feeds)
-    values = run_exposing_all(onnx_path, feeds, workdir)
+    values = {name: np.asarray(value, np.float64) for name, value in exposing_results(onnx_path, workdir).run(feeds).items()}  # float tensors, as float64
     scopes = module_scopes(onnx_path)
     if not any(scopes.by_module.values()):
         raise InputError(f"{onnx_path}: no node records the torch module it came from (no `{NAME_SCOPES_KEY}` metadata and no "

@@ -110,8 +110,3 @@ def exposing_results(path: Path, workdir: Path, indices: bool = False) -> Expose
         kinds |= {onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.BOOL}
     exposed = [tensor for node in model.graph.node for tensor in node.output if tensor in types and types[tensor].tensor_type.elem_type in kinds]
     return Exposed(path, model, exposed, types, workdir)
-
-
-def run_exposing_all(path: Path, feeds: dict[str, np.ndarray], workdir: Path) -> dict[str, np.ndarray]:
-    """Every float tensor the model computes (and its outputs) on one feed set, as float64, by name."""
-    return {name: np.asarray(value, np.float64) for name, value in exposing_results(path, workdir).run(feeds).items()}
