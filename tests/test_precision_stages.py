@@ -60,6 +60,8 @@ def test_bf16_stage_is_written_unchecked_on_a_cpu_and_says_why(vit):
     model = onnx.load(str(out / "model.bf16.onnx"))
     assert any(i.data_type == TensorProto.BFLOAT16 for i in model.graph.initializer)
     assert "no BF16 kernels" in bf16["accuracy"]["not_compared"]
+    predicted = json.loads((out / "model.bf16.predicted.json").read_text())  # the engine predicted from the ONNX, as FP16's is
+    assert predicted["predicted"] is True and bf16["predicted"]["layers"] == len(predicted["layers"]) > 0
 
 
 def test_bf16_on_a_gpu_whose_onnxruntime_cannot_run_it_is_written_unchecked_not_failed(vit, tmp_path, monkeypatch):

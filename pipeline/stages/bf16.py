@@ -47,7 +47,8 @@ def run_bf16(job: Job) -> StageResult:
     metrics = {"providers": result.providers, "nodes": result.nodes, "fp32_compute_nodes": result.fp32_nodes_kept,
                "placeholder_dims_repaired": result.dims_repaired, "runs_at_shapes": result.checked_shapes,
                "accuracy": figures, "min_cosine": q.min_cosine_bf16, **repair.recorded(found, "quant.fp16_exclude_nodes"), **shared.kernel_metrics(result)}
-    return StageResult({"onnx": target, **shared.log_output(job.out / "bf16.log")}, metrics)
+    predicted, prediction = shared.predicted_engine(job, "bf16", target)
+    return StageResult({"onnx": target, **predicted, **shared.log_output(job.out / "bf16.log")}, metrics | prediction)
 
 
 def quantize_command(request: shared.QuantizeRequest) -> str:
@@ -62,8 +63,9 @@ def quantize_command(request: shared.QuantizeRequest) -> str:
 def _summary(m: dict) -> str:
     figures = m["accuracy"]
     if "cosine_centered" in figures:
-        return f"{shared.kernel_note(m, 'BF16')}{repair.stage_note(m, 'in FP32')}cosine_centered={figures['cosine_centered']:.5f}, max_abs_diff={figures['max_abs_diff']:.2e}"
-    return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}"
+        return (f"{shared.kernel_note(m, 'BF16')}{repair.stage_note(m, 'in FP32')}cosine_centered={figures['cosine_centered']:.5f}, "
+                f"max_abs_diff={figures['max_abs_diff']:.2e}{shared.predicted_line(m)}")
+    return f"{m['nodes']} nodes, unchecked: {figures['not_compared']}{shared.predicted_line(m)}"
 
 
 STAGE = Stage(
