@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from pipeline.cli.app import app, choices, console, emit, output_format, stdout_console
 from pipeline import precisions
+from pipeline.cli.app import app, choices, console, emit, output_format, stdout_console
 from pipeline.core import DEFAULT_PROFILE
 from pipeline.core.errors import PipelineError
 from trt.render import FORMATS
