@@ -164,7 +164,7 @@ def gate(stage: str, metrics: dict[str, Any], minimum: float, hint: str = "exclu
     raise StageFailed(
         f"{stage}: accuracy below the gate: cosine_centered={metrics['cosine_centered']:.5f} < {minimum} "
         f"(cosine={metrics['cosine']:.6f}, max_abs_diff={metrics['max_abs_diff']:.3g} vs FP32 on {metrics['samples']} held-out samples); "
-        f"{hint}, or lower --min-cosine"
+        f"{hint}, or lower this gate: [quant] min_cosine_{stage} in the profile (--min-cosine lowers every precision's)"
     )
 
 
