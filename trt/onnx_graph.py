@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pipeline.core.errors import InputError
-from pipeline.core.graph import SHAPE_OPS, GraphIndex
+from pipeline.core.graph import GraphIndex, node_name
 from pipeline.core.scopes import inline_functions_proto, node_scope
 
 
@@ -31,19 +31,10 @@ class OnnxGraph(GraphIndex):
     def __init__(self, path: str, nodes: list[Node], initializers: Mapping[str, Any] = MappingProxyType({})):
         super().__init__(nodes, initializers)
         self.path = path
-        self.by_name = {node.name: node for node in self.nodes}
-        self.position = {node.name: index for index, node in enumerate(self.nodes)}
 
     def constant_like(self) -> set[str]:
         """Nodes TensorRT folds at build time: constants and anything computed only from constants or shapes."""
-        static = set(self.initializers)
-        folded = set()
-        for node in self.nodes:
-            inputs = [t for t in node.input if t]
-            if node.op_type in ("Constant", *SHAPE_OPS) or (inputs and all(t in static for t in inputs)):
-                folded.add(node.name)
-                static.update(node.output)
-        return folded
+        return {node.name for node in self.build_time()[1]}
 
 
 def load_onnx_graph(path: Path | str) -> OnnxGraph:
@@ -63,7 +54,7 @@ def graph_of_model(model, path: str) -> OnnxGraph:
     """The report's graph of a ModelProto whose local functions are inlined (`path`: the file it names)."""
     nodes = []
     for index, proto in enumerate(model.graph.node):
-        name = proto.name or f"{proto.op_type}_{index}"
+        name = node_name(proto, index)
         metadata = {p.key: p.value for p in proto.metadata_props}
         nodes.append(Node(name, proto.op_type, list(proto.input), list(proto.output), node_scope(name, metadata)))
     return OnnxGraph(path, nodes, dict.fromkeys(init.name for init in model.graph.initializer))

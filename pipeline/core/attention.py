@@ -4,7 +4,7 @@ it ([FA] in pipeline/core/qdq.py: fused INT8 attention depends on both)."""
 
 from __future__ import annotations
 
-from pipeline.core.graph import GraphIndex
+from pipeline.core.graph import GraphIndex, static_dims
 
 WEIGHT_ELEMENTS = 1024  # larger initializers are weights: shape inference needs their shape, not their values
 # what lies between a score MatMul and its Softmax: the scale, the mask, a masked fill
@@ -16,8 +16,7 @@ def tensor_shapes(model) -> dict[str, list[int | None]]:
     import onnx
 
     inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
-    return {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-            for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    return {v.name: static_dims(v) for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
 
 
 def attention_scores(model, graph: GraphIndex, shapes: dict[str, list[int | None]] | None = None) -> list[tuple[object, int | None, int | None]]:

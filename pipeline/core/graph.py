@@ -6,6 +6,7 @@ not updated when the graph is edited: an editor (the presets' Q/DQ clean-up) bui
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -69,3 +70,35 @@ class GraphIndex:
         """The onnx.TensorProto data type of an initializer."""
         initializer = self.initializers.get(tensor)
         return initializer.data_type if initializer is not None else None
+
+    @cached_property
+    def by_name(self) -> dict[str, Any]:
+        """Each node by its name (of nodes named by `node_name`, so every one has a name)."""
+        return {node.name: node for node in self.nodes}
+
+    @cached_property
+    def position(self) -> dict[str, int]:
+        """Each node's position in graph order, by its name."""
+        return {node.name: position for position, node in enumerate(self.nodes)}
+
+    def build_time(self) -> tuple[set[str], list[Any]]:
+        """The tensors known at build time and the nodes TensorRT folds into constants: Constant and shape ops,
+        and anything computed only from initializers and what they fold to."""
+        static = set(self.initializers)
+        folded = []
+        for node in self.nodes:
+            inputs = [t for t in node.input if t]
+            if node.op_type == "Constant" or node.op_type in SHAPE_OPS or (inputs and all(t in static for t in inputs)):
+                folded.append(node)
+                static.update(node.output)
+        return static, folded
+
+
+def node_name(node: Any, position: int) -> str:
+    """A node's name; an unnamed one is `<op>_<position>`, as the report and the prediction name it."""
+    return node.name or f"{node.op_type}_{position}"
+
+
+def static_dims(value: Any) -> list[int | None]:
+    """A ValueInfoProto's dims: each fixed size, None where the dim is symbolic or unknown."""
+    return [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]

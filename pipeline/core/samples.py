@@ -13,6 +13,7 @@ import numpy as np
 
 from pipeline.core.errors import InputError
 from pipeline.core.fileio import require_file
+from pipeline.core.graph import static_dims
 from pipeline.core.profiles import InputSpec, Profile, dim_size
 
 
@@ -196,8 +197,4 @@ def model_inputs(onnx_path: Path) -> dict[str, tuple[str, list]]:
     from pipeline.core.onnxfile import load_onnx
 
     model = load_onnx(onnx_path)
-    return {
-        i.name: (helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name,
-                 [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim])
-        for i in model.graph.input
-    }
+    return {i.name: (helper.tensor_dtype_to_np_dtype(i.type.tensor_type.elem_type).name, static_dims(i)) for i in model.graph.input}

@@ -47,17 +47,18 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
             source: str = "model.onnx") -> Prediction:
     """The engine TensorRT `trt_major`.x builds from `model` (a ModelProto) at `precision` ("auto": the ONNX's own
     types, as a strongly typed build); `rules`: the placement rules the lint applies to this model's family."""
+    from pipeline.core.scopes import inline_functions_proto
     from trt.onnx_graph import graph_of_model
     from trt.predict.assemble import Assembly, target_of
     from trt.predict.engine import build
-    from trt.predict.graph import load_graph
+    from trt.predict.graph import PredictGraph
     from trt.report import build_report
 
     if precision not in PRECISIONS or trt_major not in TRT_VERSIONS:
         raise InputError(f"predict: precision {precision!r} for TensorRT {trt_major}: use a precision of {', '.join(PRECISIONS)} "
                          f"and a TensorRT major version of {', '.join(map(str, TRT_VERSIONS))}")
     with paused_gc():
-        g = load_graph(model)
+        g = PredictGraph(inline_functions_proto(model))  # TensorRT's parser inlines local functions
         target = target_of(g, precision, trt_major)
         plan, reasons = Assembly(g, build(g, rules, trt_major, max_sequence), target).plan(source)
         graph = graph_of_model(g.model, source)

@@ -5,9 +5,10 @@ outputs and their types, and the attention the graph holds."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from pipeline.core.graph import QDQ_OPS, SHAPE_OPS
+from pipeline.core.graph import QDQ_OPS, node_name
 from pipeline.core.qdq import QdqGraph
 from trt.predict.rules import ERASED_OPS, GEMM_OPS, RESHAPE_OPS
 
@@ -35,34 +36,18 @@ class PredictGraph(QdqGraph):
 
     def __init__(self, model):
         graph = model.graph
-        nodes = [Node(p.name or f"{p.op_type}_{i}", p.op_type, list(p.input), list(p.output), p) for i, p in enumerate(graph.node)]
+        nodes = [Node(node_name(p, i), p.op_type, list(p.input), list(p.output), p) for i, p in enumerate(graph.node)]
         super().__init__(nodes, {t.name: t for t in graph.initializer}, [o.name for o in graph.output])
         self.model = model
-        self.by_name = {node.name: node for node in self.nodes}
-        self.position = {node.name: i for i, node in enumerate(self.nodes)}
         self.input_types = {v.name: v.type.tensor_type.elem_type for v in graph.input if v.name not in self.initializers}
         self.output_types = {v.name: v.type.tensor_type.elem_type for v in graph.output}
-        self.static, self.folded, self.weight_qdq = self._fold()
-        self.erased = {n.name for n in self.nodes if n.name not in self.folded and self._erasable(n)}
-        self._shapes: dict[str, list[int | None]] | None = None
-
-    def _fold(self) -> tuple[set[str], set[str], set[str]]:
-        """Tensors known at build time, the nodes folded into constants, and the Q/DQ of weights (they go
-        into the layer that reads the weight) [FC: constants fold; EQ: quantized weights]."""
-        static = set(self.initializers)
-        folded, weights = set(), set()
-        for node in self.nodes:
-            inputs = [t for t in node.input if t]
-            if node.op_type == "Constant" or node.op_type in SHAPE_OPS or (inputs and all(t in static for t in inputs)):
-                (weights if node.op_type in QDQ_OPS else folded).add(node.name)
-                static.update(node.output)
-        return static, folded, weights
-
-    def _erasable(self, node: Node) -> bool:
-        """Identity/Dropout, and a reshape that writes no network output [FC: no-op erasure]."""
-        if node.op_type in ERASED_OPS:
-            return True
-        return node.op_type in RESHAPE_OPS and not set(node.output) & set(self.outputs)
+        # [FC: constants fold]; the Q/DQ of weights go into the layer that reads the weight [EQ: quantized weights]
+        self.static, constant = self.build_time()
+        self.folded = {n.name for n in constant if n.op_type not in QDQ_OPS}
+        self.weight_qdq = {n.name for n in constant if n.op_type in QDQ_OPS}
+        # Identity/Dropout, and a reshape that writes no network output [FC: no-op erasure]
+        self.erased = {n.name for n in self.nodes if n.name not in self.folded
+                       and (n.op_type in ERASED_OPS or n.op_type in RESHAPE_OPS and not set(n.output) & set(self.outputs))}
 
     def computed(self, node: Node) -> list[str]:
         """The inputs of `node` computed at run time (not constants, weights or shapes)."""
@@ -72,15 +57,11 @@ class PredictGraph(QdqGraph):
         """A GEMM or convolution whose weight (input 1) is known at build time."""
         return node.op_type in ("Conv", "ConvTranspose", *GEMM_OPS) and len(node.input) > 1 and node.input[1] in self.static
 
-    def has_qdq(self) -> bool:
-        return any(n.op_type in QDQ_OPS for n in self.nodes)
-
+    @cached_property
     def shapes(self) -> dict[str, list[int | None]]:
-        if self._shapes is None:
-            from pipeline.core.attention import tensor_shapes
+        from pipeline.core.attention import tensor_shapes
 
-            self._shapes = tensor_shapes(self.model)
-        return self._shapes
+        return tensor_shapes(self.model)
 
     def attention(self) -> list[tuple[Node, int | None, int | None]]:
         """(score MatMul, head size, sequence) of each attention in the graph."""
@@ -88,7 +69,7 @@ class PredictGraph(QdqGraph):
 
         if not any(n.op_type == "Softmax" for n in self.nodes):
             return []
-        return attention_scores(self.model, self, self.shapes())
+        return attention_scores(self.model, self, self.shapes)
 
     def float_type(self) -> str:
         """The float precision the model computes in: FP16/BF16 when its weights are, else FP32."""
@@ -109,10 +90,3 @@ class PredictGraph(QdqGraph):
                     return "FP8"
                 found = "INT8"
         return found
-
-
-def load_graph(model) -> PredictGraph:
-    """The prediction's view of a ModelProto, its local functions inlined (TensorRT's parser inlines them)."""
-    from pipeline.core.scopes import inline_functions_proto
-
-    return PredictGraph(inline_functions_proto(model))

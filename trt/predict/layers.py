@@ -139,5 +139,5 @@ def spatial_reduction(g: PredictGraph, node: Node) -> bool:
         return False
     if sorted(axes) == [2, 3]:
         return True
-    rank = len(g.shapes().get(node.input[0]) or []) if sorted(axes) == [-2, -1] else 0
+    rank = len(g.shapes.get(node.input[0]) or []) if sorted(axes) == [-2, -1] else 0
     return rank == 4

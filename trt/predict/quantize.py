@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pipeline.core.graph import QDQ_OPS
 from pipeline.core.qdq import FUSED_ATTENTION_HEAD_SIZES, FUSED_ATTENTION_MAX_SEQUENCE, PlacementRules
 from trt.predict.graph import Node, PredictGraph
 from trt.predict.parts import Group, Reason
@@ -42,7 +43,7 @@ class Placement:
     def __init__(self, g: PredictGraph, rules: PlacementRules, owner: dict[str, Group], myelin: set[str], max_sequence: int | None):
         self.g, self.rules, self.owner, self.myelin = g, rules, owner, myelin
         self.result = Quantization()
-        self.attention = _attention_matmuls(g, max_sequence) if g.has_qdq() else {}
+        self.attention = _attention_matmuls(g, max_sequence) if any(n.op_type in QDQ_OPS for n in g.nodes) else {}
 
     def run(self) -> Quantization:
         g, fates = self.g, self.result.fates
