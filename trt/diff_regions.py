@@ -53,7 +53,7 @@ class Side:
 # ---------------------------------------------------------------- joined by ONNX node names
 
 
-def _landing(side_a: Side, region: Region, side_b: Side, common: set[str]) -> tuple[list[int], dict[int, set[str]], bool]:
+def _landing(side_a: Side, region: Region, side_b: Side, common: set[str]) -> tuple[list[Piece], bool]:
     """The B regions A's region lands in (regions holding only nodes another landing region also holds
     are left out), each with the shared nodes it holds, and whether the landing was approximate."""
     nodes = side_a.nodes[region.index] & common
@@ -69,7 +69,7 @@ def _landing(side_a: Side, region: Region, side_b: Side, common: set[str]) -> tu
             kept, approximate = span, True
             for index in span:  # A names too few of its nodes: each piece stands for all of its own
                 hits[index] = side_b.nodes[index] | hits.get(index, set())
-    return kept, hits, approximate
+    return [Piece(side_b.by_index[i], sorted(hits[i])) for i in kept], approximate
 
 
 def _holders(hits: dict[int, set[str]], b: int, side_b: Side) -> set[int]:
@@ -94,16 +94,15 @@ def region_rows(side_a: Side, side_b: Side, common: set[str]) -> list[RegionRow]
     for region in side_a.regions:
         if not side_a.nodes[region.index]:
             continue
-        kept, hits, approximate = _landing(side_a, region, side_b, common)
-        if not kept:
+        pieces, approximate = _landing(side_a, region, side_b, common)
+        if not pieces:
             status = "not named in B"
-        elif len(kept) > 1:
+        elif len(pieces) > 1:
             status = "split"
-        elif hits[kept[0]] != side_b.nodes[kept[0]] & common:
+        elif set(pieces[0].nodes) != side_b.nodes[pieces[0].region.index] & common:
             status = "merged"  # B runs it inside a larger region
         else:
             status = "same"
-        pieces = [Piece(side_b.by_index[i], sorted(hits[i])) for i in kept]
         precisions_b = sorted({p.region.precision for p in pieces} - {None})
         changed = region.precision is not None and precisions_b and precisions_b != [region.precision]
         rows.append(RegionRow(region, pieces, len(side_a.nodes[region.index] & common), status, approximate,
@@ -117,25 +116,25 @@ def splits(side_a: Side, side_b: Side, common: set[str]) -> list[Split]:
     for region in side_a.regions:
         if not side_a.nodes[region.index] & common and region.layers[0].mapping != MAPPING_RANGE:
             continue
-        kept, hits, approximate = _landing(side_a, region, side_b, common)
-        if len(kept) < 2:
+        pieces, approximate = _landing(side_a, region, side_b, common)
+        if len(pieces) < 2:
             continue
-        cuts, source = _cuts(side_a.nodes[region.index] & common, kept, hits, side_b)
-        pieces = [Piece(side_b.by_index[i], sorted(hits[i])) for i in kept]
-        found.append(Split(region, len(side_a.nodes[region.index] & common), pieces, cuts, source, approximate))
+        shared = side_a.nodes[region.index] & common
+        cuts, source = _cuts(shared, pieces, side_b)
+        found.append(Split(region, len(shared), pieces, cuts, source, approximate))
     return found
 
 
-def _cuts(nodes: set[str], kept: list[int], hits: dict[int, set[str]], side_b: Side) -> tuple[list[Cut], str]:
+def _cuts(nodes: set[str], pieces: list[Piece], side_b: Side) -> tuple[list[Cut], str]:
     """Edges between nodes of the split group that B runs in different regions, each with the Q/DQ pair on it:
     from B's ONNX (outputs followed, directly or through Q -> DQ), else the Q/DQ nodes B's layers name."""
     home = {}
-    for index in kept:
-        for name in hits[index]:
-            home.setdefault(name, index)
+    for piece in pieces:
+        for name in piece.nodes:
+            home.setdefault(name, piece.region.index)
     graph = side_b.graph
     if graph is None:
-        qdq = [n for index in kept for n in side_b.by_index[index].onnx_nodes if looks_qdq(n)]
+        qdq = [n for piece in pieces for n in piece.region.onnx_nodes if looks_qdq(n)]
         return [Cut(None, None, None, None, q, None) for q in dict.fromkeys(qdq) if "Dequant" not in q], "B's layer names"
     cuts = []
     for name in sorted(nodes & home.keys()):
