@@ -40,15 +40,9 @@ def build(g: PredictGraph, rules: PlacementRules, trt_major: int, max_sequence: 
     groups = standard + _qdq_layers(g, quantization) + _leftovers(g, myelin.components(g, rest), quantization, owner)
     layer_nodes = {name for group in groups for name in group.nodes}
     built = Built(groups, quantization)
-    for index, region in enumerate(myelin.convex_regions(g, myelin_nodes, layer_nodes)):
+    for region in myelin.convex_regions(g, myelin_nodes, layer_nodes):
         built.region_nodes.append(region)
-        if trt_major < 10:
-            built.regions.append([Group("myelin", region, region[0], region=index)])
-        else:
-            found = kernels.Kernels(g, region, scores).build()
-            for kernel in found:
-                kernel.region = index
-            built.regions.append(found)
+        built.regions.append([Group("myelin", region, region[0])] if trt_major < 10 else kernels.Kernels(g, region, scores).build())
     built.groups.sort(key=lambda group: g.position[group.anchor])
     return built
 

@@ -18,7 +18,6 @@ class Group:
     residual: str | None = None  # a convolution's residual Add: the tensor it adds
     int8_in: bool = False  # reads a quantized activation (its DQ absorbed)
     int8_out: bool = False  # writes a quantized output (a Q absorbed)
-    region: int | None = None  # Myelin region (index among the regions)
     type: str | None = None  # a Myelin kernel's type: gemm, kgen, fusion
     label: str | None = None  # a Myelin kernel's name stem
     extra: list[str] = field(default_factory=list)  # nodes it shares with another kernel (a GEMM's bias applied in a reduction)
