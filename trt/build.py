@@ -11,9 +11,7 @@ from typing import Any
 
 from pipeline.core.errors import InputError, StageFailed
 from pipeline.core.fileio import atomic_path, write_text
-from trt.versions import check_weak_fp16, for_version
-
-Shapes = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+from trt.versions import Shapes, check_weak_fp16, for_version
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pipeline.core.errors import InputError
 
+Shapes = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]  # input -> (min, opt, max) shape
+
 
 @dataclass(frozen=True)
 class TrtVersion:
@@ -43,7 +45,7 @@ def check_weak_fp16(version: TrtVersion) -> None:
         )
 
 
-def shapes_argument(shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], which: int) -> str:
+def shapes_argument(shapes: Shapes, which: int) -> str:
     return ",".join(f"{name}:{'x'.join(str(d) for d in dims[which])}" for name, dims in shapes.items())
 
 
@@ -54,7 +56,7 @@ def trtexec_command(
     layers_json: Path,
     profile_json: Path,
     verbosity: str,
-    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]],
+    shapes: Shapes,
     workspace_mib: int,
     optimization_level: int,
     timing_cache: Path,
