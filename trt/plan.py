@@ -212,10 +212,7 @@ def paused_gc() -> Iterator[None]:
     gc.disable()
     try:
         yield
-    except BaseException:
+        gc.freeze()
+    finally:
         if enabled:
             gc.enable()
-        raise
-    gc.freeze()
-    if enabled:
-        gc.enable()
