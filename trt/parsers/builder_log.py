@@ -101,13 +101,9 @@ def _format(listing: _Listing) -> str:
         origin = "one-line layer information (IEngineInspector ONELINE)"
     else:
         origin = "builder log"
-    if listing.style == "names" and any(_is_trt8_syntax(body) for _, body in listing.lines[:5]):
+    if listing.style == "names" and any(match["type8"] for _, body in listing.lines[:5] for match in _TENSOR_END.finditer(body)):
         origin += " (TensorRT 8.x tensor syntax)"
     return f"{origin}, " + ("detailed" if listing.style == "detailed" else "layer names only")
-
-
-def _is_trt8_syntax(body: str) -> bool:
-    return any(match["type8"] for match in _TENSOR_END.finditer(body))
 
 
 def _builds(listings: list[_Listing]) -> list[Build]:

@@ -95,8 +95,7 @@ def _leftovers(g: PredictGraph, outside: list[list[str]], quantization: Quantiza
     for component in outside:
         names = [n for n in component if n not in taken and n not in g.erased and g.by_name[n].op_type not in QDQ_OPS]
         pointwise = [n for n in names if g.by_name[n].op_type in POINTWISE_OPS]
-        for part in myelin.components(g, set(pointwise)):
-            groups.append(Group("pointwise", part, part[0]))
+        groups += [Group("pointwise", part, part[0]) for part in myelin.components(g, set(pointwise))]
         for name in names:
             op = g.by_name[name].op_type
             if op in POINTWISE_OPS or op == "Concat":  # [FC] concatenation elimination: the producers write one buffer
