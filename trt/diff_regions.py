@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from functools import cached_property
 
 from pipeline.core.graph import QDQ_OPS
 from trt.onnx_graph import OnnxGraph
@@ -29,25 +30,24 @@ class Side:
             for name in names:
                 self.where.setdefault(name, set()).add(region.index)
         self.by_index = {r.index: r for r in self.regions}
-        self._anchors: dict[str, int] | None = None
 
     def is_qdq(self, name: str) -> bool:
         node = self.graph.by_name.get(name) if self.graph else None
         return node.op_type in QDQ_OPS if node else looks_qdq(name)
 
-    def anchor(self, name: str) -> int | None:
-        """The first region holding `name` as an ONNX node, a layer name, or a part of one."""
-        if self._anchors is None:
-            self._anchors = {}
-            for region in self.plan.regions:
-                if region.profile != 0:
-                    continue
-                for layer in region.layers:
-                    inner = layer.base_name.removeprefix("{ForeignNode[").removesuffix("]}")
-                    parts = [p.strip() for half in inner.split("...") for p in split_top(half, " + ")]
-                    for key in [*layer.onnx_nodes, layer.base_name, *parts]:
-                        self._anchors.setdefault(key, region.index)
-        return self._anchors.get(name)
+    @cached_property
+    def anchors(self) -> dict[str, int]:
+        """The first region holding each ONNX node, layer name, or part of one."""
+        anchors: dict[str, int] = {}
+        for region in self.plan.regions:
+            if region.profile != 0:
+                continue
+            for layer in region.layers:
+                inner = layer.base_name.removeprefix("{ForeignNode[").removesuffix("]}")
+                parts = [p.strip() for half in inner.split("...") for p in split_top(half, " + ")]
+                for key in [*layer.onnx_nodes, layer.base_name, *parts]:
+                    anchors.setdefault(key, region.index)
+        return anchors
 
 
 # ---------------------------------------------------------------- joined by ONNX node names
@@ -81,7 +81,7 @@ def _holders(hits: dict[int, set[str]], b: int, side_b: Side) -> set[int]:
 def _span(region: Region, side_b: Side) -> list[int] | None:
     """A names-only ForeignNode region of A placed by its two ends in B's layer order."""
     first, last = region.layers[0].foreign_range
-    start, stop = side_b.anchor(first), side_b.anchor(last)
+    start, stop = side_b.anchors.get(first), side_b.anchors.get(last)
     if start is None or stop is None:
         return None
     low, high = sorted((start, stop))
