@@ -28,10 +28,6 @@ class Target:
     float_precision: str  # what float layers run in: FP32, FP16, BF16
     quantized: str | None  # INT8 or FP8 when the ONNX has activation Q/DQ
 
-    @property
-    def label(self) -> str:
-        return self.quantized or self.float_precision
-
 
 def target_of(g: PredictGraph, precision: str, trt_major: int) -> Target:
     typed = precision == "auto"
@@ -59,18 +55,17 @@ class Assembly:
                     self._kernel(kernel, item, number)
         self._io_reformats()
         self._reasons()
-        version = f"TensorRT {self.target.trt_major}.x"
-        fmt = f"prediction from the ONNX ({version}, {self.target.label}{', strongly typed' if self.target.typed else ''})"
+        target = self.target
+        fmt = f"prediction from the ONNX (TensorRT {target.trt_major}.x, {target.quantized or target.float_precision}{', strongly typed' if target.typed else ''})"
         return EnginePlan(source, fmt, "detailed", self.layers).settle(), self.reasons
 
     # ------------------------------------------------------------ layers
 
-    def _add(self, layer: Layer, nodes: list[str]) -> Layer:
+    def _add(self, layer: Layer, nodes: list[str]) -> None:
         layer.mapping = MAPPING_METADATA
         self.layers.append(layer)
         for name in nodes:
             self.layer_of.setdefault(name, layer)
-        return layer
 
     def _group(self, group: Group) -> None:
         g = self.g
