@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from pipeline.core.attention import attention_scores, tensor_shapes
 from pipeline.core.graph import QDQ_OPS, node_name
 from pipeline.core.qdq import QdqGraph
 from trt.predict.rules import ERASED_OPS, GEMM_OPS, RESHAPE_OPS
@@ -59,14 +60,10 @@ class PredictGraph(QdqGraph):
 
     @cached_property
     def shapes(self) -> dict[str, list[int | None]]:
-        from pipeline.core.attention import tensor_shapes
-
         return tensor_shapes(self.model)
 
     def attention(self) -> list[tuple[Node, int | None, int | None]]:
         """(score MatMul, head size, sequence) of each attention in the graph."""
-        from pipeline.core.attention import attention_scores
-
         if not any(n.op_type == "Softmax" for n in self.nodes):
             return []
         return attention_scores(self.model, self, self.shapes)

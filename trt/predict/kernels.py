@@ -8,6 +8,7 @@ from __future__ import annotations
 from pipeline.core.attention import SCORE_TO_SOFTMAX
 from pipeline.core.graph import QDQ_OPS
 from trt.predict.graph import Node, PredictGraph
+from trt.predict.myelin import components
 from trt.predict.parts import Group
 from trt.predict.rules import GEMM_OPS, INDEX_OPS, MOVE_OPS, POINTWISE_OPS, REDUCTIONS, SOFTMAX_OPS
 
@@ -163,8 +164,6 @@ class Kernels:
 
     def _leftovers(self, nodes: list[Node]) -> None:
         """Pointwise ops no kernel took: one generated kernel per connected group [`kernel-pointwise`]."""
-        from trt.predict.myelin import components
-
         left = {n.name for n in nodes if n.name not in self.of and n.op_type not in PASS_THROUGH}
         for group in components(self.g, left):
             self._new("pointwise", group, group[0], "kgen", "")

@@ -12,6 +12,8 @@ from pipeline.core.graph import QDQ_OPS
 from trt.onnx_graph import OnnxGraph
 from trt.parsers.common import split_top
 from trt.plan import EnginePlan, Layer, without_profile
+from trt.predict import predict
+from trt.report import build_report
 
 COPY_PREFIX = "Reformatting CopyNode"  # the layers TensorRT adds to change a tensor's format or type
 
@@ -71,8 +73,6 @@ def pair_f1(predicted: dict[str, set[int]], real: dict[str, set[int]]) -> dict[s
 
 def score(predicted: EnginePlan, real: EnginePlan, graph: OnnxGraph) -> dict[str, Any]:
     """The prediction against the real engine, both read against the ONNX `graph` they were built from."""
-    from trt.report import build_report
-
     build_report(real, graph)  # resolves a names-only engine's ForeignNode ranges against the graph
     ours, theirs = counts(predicted), counts(real)
     figures = {key: {"predicted": ours[key], "real": theirs[key]} for key in ours}
@@ -102,8 +102,6 @@ def engine_version(plan: EnginePlan, default: int = 10) -> int:
 def score_engine(model, path: str, real: EnginePlan, rules, max_sequence: int | None = None) -> dict[str, Any]:
     """A build's prediction scored against the engine it built: what the report stage records in the manifest
     and `jobs gather` shows beside the latency."""
-    from trt.predict import predict
-
     prediction = predict(model, rules, "auto", engine_version(real), max_sequence, path)
     figures = score(prediction.plan, real, prediction.graph)
     return {"verdict": prediction.verdict, **figures, "meets": agreement(figures)}
