@@ -10,6 +10,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import CapabilityMissing, InputError
+from pipeline.core.fileio import atomic_path
+from pipeline.core.onnxfile import load_onnx
+from trt.run import time_engine
 
 BACKENDS = ("trt", "ort-cuda", "ort-cpu")
 ORT_GRAPH_OPTIMIZATION = "basic"
@@ -20,8 +23,6 @@ def _ort_times(path: Path, feeds: dict[str, np.ndarray], provider: str, warmup: 
 
     if provider not in ort.get_available_providers():
         raise CapabilityMissing(f"onnxruntime has no {provider} here")
-    from pipeline.core.onnxfile import load_onnx
-
     load_onnx(path, hint="pass an ONNX model, or a build's output folder")
     # onnxruntime as the build's own checks run it (basic graph optimizations): its extended fusions crash on some
     # FP16 models (a segfault in 1.24.4) and have no FP8 kernel (MatMulIntegerToFloat)
@@ -97,8 +98,6 @@ def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], w
 
 def _times(path: Path, backend: str, feeds: dict[str, np.ndarray], warmup: int, iterations: int, step) -> list[float]:
     if backend == "trt":
-        from trt.run import time_engine
-
         return time_engine(path, feeds, warmup, iterations, step)
     provider = "CUDAExecutionProvider" if backend == "ort-cuda" else "CPUExecutionProvider"
     return _ort_times(path, feeds, provider, warmup, iterations, step)
@@ -107,8 +106,6 @@ def _times(path: Path, backend: str, feeds: dict[str, np.ndarray], warmup: int, 
 def plot(result: dict[str, Any], png: Path) -> None:
     """Bar chart of p50 latency per model with p90 / p99 markers (`chart`), as a PNG."""
     import matplotlib.pyplot as plt
-
-    from pipeline.core.fileio import atomic_path
 
     figure = chart(result)
     with atomic_path(png) as tmp:

@@ -12,6 +12,7 @@ from pipeline.core.graph import DATA_MOVEMENT_OPS, QDQ_OPS
 from pipeline.core.scopes import scope_of_name
 from trt.fusion_map import report_map
 from trt.onnx_graph import OnnxGraph, load_onnx_graph
+from trt.parsers import merge_timing, parse_layer_info, parse_timing
 from trt.plan import MAPPING_RANGE, EnginePlan, Region, paused_gc
 from trt.views import Breakdown, Coverage, ModuleRow, Report, Source, Summary
 
@@ -244,8 +245,6 @@ def _exporter_hint(summary: Summary, graph: OnnxGraph) -> str:
 
 def load_plan(layer_info, timing=None, input_format: str = "auto", build: int | None = None) -> tuple[EnginePlan, list[str]]:
     """Parse a layer-information file and merge a trtexec profile into it; return the timing names matching no layer."""
-    from trt.parsers import merge_timing, parse_layer_info, parse_timing
-
     plan = parse_layer_info(layer_info, input_format, build)
     return plan, merge_timing(plan, parse_timing(timing)) if timing else []
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from pipeline.core.errors import InputError
+from pipeline.core.fileio import require_file
 from trt.plan import MAPPING_METADATA, MAPPING_NAME, MAPPING_RANGE, MYELIN_KERNEL, EnginePlan, Layer, profile_of, without_profile
 
 REBUILD_DETAILED = (
@@ -23,8 +24,6 @@ class LayerInfoParseError(InputError):
 
 def read_text(path: Path, what: str) -> str:
     """The file as text; a missing, empty, binary or non-UTF-8 file is a clear error."""
-    from pipeline.core.fileio import require_file
-
     data = require_file(path, f"{what} file", f"pass the {what} file TensorRT or trtexec wrote").read_bytes()
     if not data or data.isspace():
         raise LayerInfoParseError(str(path), "empty file", "byte 0", "the file is empty", f"TensorRT {what}")
