@@ -4,7 +4,7 @@ TensorRT 10.x/11.x, their kernels."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pipeline.core.graph import QDQ_OPS
 from pipeline.core.qdq import PlacementRules
@@ -21,8 +21,8 @@ class Built:
 
     groups: list[Group]
     quantization: Quantization
-    regions: list[list[Group]] = field(default_factory=list)  # the kernels (10.x) or the one layer (8.x) of each region
-    region_nodes: list[list[str]] = field(default_factory=list)
+    regions: list[list[Group]]  # the kernels (10.x) or the one layer (8.x) of each region
+    region_nodes: list[list[str]]
 
 
 def build(g: PredictGraph, rules: PlacementRules, trt_major: int, max_sequence: int | None) -> Built:
@@ -39,12 +39,10 @@ def build(g: PredictGraph, rules: PlacementRules, trt_major: int, max_sequence: 
     rest = {n.name for n in g.nodes if n.name not in owner and n.name not in myelin_nodes and n.name not in g.folded}
     groups = standard + _qdq_layers(g, quantization) + _leftovers(g, myelin.components(g, rest), quantization, owner)
     layer_nodes = {name for group in groups for name in group.nodes}
-    built = Built(groups, quantization)
-    for region in myelin.convex_regions(g, myelin_nodes, layer_nodes):
-        built.region_nodes.append(region)
-        built.regions.append([Group("myelin", region, region[0])] if trt_major < 10 else kernels.Kernels(g, region, scores).build())
-    built.groups.sort(key=lambda group: g.position[group.anchor])
-    return built
+    region_nodes = myelin.convex_regions(g, myelin_nodes, layer_nodes)
+    regions = [[Group("myelin", region, region[0])] if trt_major < 10 else kernels.Kernels(g, region, scores).build() for region in region_nodes]
+    groups.sort(key=lambda group: g.position[group.anchor])
+    return Built(groups, quantization, regions, region_nodes)
 
 
 def _absorb(g: PredictGraph, quantization: Quantization, owner: dict[str, Group]) -> None:
