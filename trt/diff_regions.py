@@ -22,13 +22,11 @@ class Side:
     def __init__(self, plan: EnginePlan, graph: OnnxGraph | None):
         self.plan, self.graph = plan, graph
         self.regions = [r for r in plan.regions if r.profile == 0 and r.compute]
-        self.nodes: dict[int, set[str]] = {}
+        self.nodes = {region.index: {n for n in region.onnx_nodes if not self.is_qdq(n)} for region in self.regions}
         self.where: dict[str, set[int]] = {}
-        for region in self.regions:
-            names = {n for n in region.onnx_nodes if not self.is_qdq(n)}
-            self.nodes[region.index] = names
+        for index, names in self.nodes.items():
             for name in names:
-                self.where.setdefault(name, set()).add(region.index)
+                self.where.setdefault(name, set()).add(index)
         self.by_index = {r.index: r for r in self.regions}
 
     def is_qdq(self, name: str) -> bool:

@@ -37,15 +37,11 @@ def node_order(plans: list[EnginePlan], graph: OnnxGraph | None, marked: set[str
             elif node.name not in folded:
                 nodes.append(node.name)
         return "onnx", nodes, markers
-    seen = set()
-    for name in (n for plan in plans for layer in plan.layers if not layer.profile for n in layer.onnx_nodes):
-        qdq = looks_qdq(name)
-        if name not in seen and (name in marked or not qdq):
-            seen.add(name)
-            if qdq:
-                markers.append((len(nodes), name))
-            else:
-                nodes.append(name)
+    for name in dict.fromkeys(n for plan in plans for layer in plan.layers if not layer.profile for n in layer.onnx_nodes):
+        if not looks_qdq(name):
+            nodes.append(name)
+        elif name in marked:
+            markers.append((len(nodes), name))
     return "layers", nodes, markers
 
 
