@@ -126,10 +126,7 @@ def splits(side_a: Side, side_b: Side, common: set[str]) -> list[Split]:
 def _cuts(nodes: set[str], pieces: list[Piece], side_b: Side) -> tuple[list[Cut], str]:
     """Edges between nodes of the split group that B runs in different regions, each with the Q/DQ pair on it:
     from B's ONNX (outputs followed, directly or through Q -> DQ), else the Q/DQ nodes B's layers name."""
-    home = {}
-    for piece in pieces:
-        for name in piece.nodes:
-            home.setdefault(name, piece.region.index)
+    home = {name: piece.region.index for piece in reversed(pieces) for name in piece.nodes}  # a node's first piece
     graph = side_b.graph
     if graph is None:
         qdq = [n for piece in pieces for n in piece.region.onnx_nodes if looks_qdq(n)]

@@ -101,9 +101,7 @@ def _records_from_lines(source: str, text: str) -> list[TimingRecord]:
 
 def merge_timing(plan: EnginePlan, records: list[TimingRecord]) -> list[str]:
     """Set each layer's time_ms (average per inference); return the timing names that match no layer."""
-    by_name: dict[str, Any] = {}
-    for layer in plan.layers:
-        by_name.setdefault(layer.name, layer)
+    by_name = {layer.name: layer for layer in reversed(plan.layers)}  # a name's first layer
     unmatched = []
     for record in records:
         layer = by_name.get(record.name) or by_name.get(PROFILE_SUFFIX.sub("", record.name))
