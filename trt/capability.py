@@ -43,8 +43,10 @@ def docker_command(arguments: list[str | Path], also_mount: list[Path] = ()) -> 
     `also_mount`'s, are mounted at their own path."""
     here = Path.cwd().resolve()
     mounts: list[Path] = []
-    for path in [a for a in arguments if isinstance(a, Path)] + list(also_mount):
-        _mount(path.resolve(), here, mounts)
+    for path in [a.resolve() for a in [*arguments, *also_mount] if isinstance(a, Path)]:
+        folder = path if path.is_dir() else path.parent
+        if _inside(folder, here) is None and not any(folder == m or m in folder.parents for m in mounts):
+            mounts.append(folder)
     rendered = [(_inside(a.resolve(), here) or str(a.resolve())) if isinstance(a, Path) else a for a in arguments]
     volumes = " ".join(f"-v {shlex.quote(f'{m}:{m}')}" for m in mounts)
     return (f"docker build -t {IMAGE} {shlex.quote(_inside(REPOSITORY, here) or str(REPOSITORY))} && "
@@ -55,12 +57,6 @@ def docker_command(arguments: list[str | Path], also_mount: list[Path] = ()) -> 
 def _inside(path: Path, here: Path) -> str | None:
     """`path` relative to `here` ("." for `here` itself), or None when it is elsewhere."""
     return os.path.relpath(path, here) if path == here or here in path.parents else None
-
-
-def _mount(path: Path, here: Path, mounts: list[Path]) -> None:
-    folder = path if path.is_dir() else path.parent
-    if _inside(folder, here) is None and not any(folder == m or m in folder.parents for m in mounts):
-        mounts.append(folder)
 
 
 def compute_capability() -> tuple[int, int] | None:

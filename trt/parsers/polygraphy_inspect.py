@@ -42,11 +42,7 @@ def _layer(source: str, number: int, head: str, lines: list[str]) -> Layer:
     if not sep or not op.endswith("]") or not name.strip():
         raise LayerInfoParseError(source, FORMAT, f"line {number}", "a layer line without ' [Op: <type>]'", "'Layer N | <name> [Op: <type>]'")
     cut = lines.index(_ATTRIBUTES) if _ATTRIBUTES in lines else len(lines)
-    attributes = {}
-    for line in lines[cut + 1 :]:
-        key, sep, value = line.partition(" = ")
-        if sep:
-            attributes[key.strip()] = value.strip()
+    attributes = {key.strip(): value.strip() for key, sep, value in (line.partition(" = ") for line in lines[cut + 1 :]) if sep}
     inputs, outputs = _split_io([line for line in lines[:cut] if line])
     origin = attributes.get("Origin")
     layer = Layer(name=name.strip(), type=op[:-1].strip() or "unknown", tactic=attributes.get("Tactic") or None,
