@@ -73,7 +73,7 @@ class GraphIndex:
 
     @cached_property
     def by_name(self) -> dict[str, Any]:
-        """Each node by its name (of nodes named by `node_name`, so every one has a name)."""
+        """Each node by its name (for nodes named as `node_name` names them, unnamed ones included)."""
         return {node.name: node for node in self.nodes}
 
     @cached_property
