@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pipeline.core.graph import GraphIndex, static_dims
 
-WEIGHT_ELEMENTS = 1024  # larger initializers are weights: shape inference needs their shape, not their values
 # what lies between a score MatMul and its Softmax: the scale, the mask, a masked fill
 SCORE_TO_SOFTMAX = ("Add", "Where", "Div", "Mul", "Sub")
 
@@ -15,7 +14,9 @@ def tensor_shapes(model) -> dict[str, list[int | None]]:
     """Every tensor's inferred shape (None for a dynamic dim), with the weights left out of the inference."""
     import onnx
 
-    inferred = onnx.shape_inference.infer_shapes(_without_weights(model), strict_mode=False)
+    from pipeline.core.onnxfile import without_weights
+
+    inferred = onnx.shape_inference.infer_shapes(without_weights(model), strict_mode=False)
     return {v.name: static_dims(v) for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
 
 
@@ -33,18 +34,3 @@ def attention_scores(model, graph: GraphIndex, shapes: dict[str, list[int | None
         scores = shapes.get(node.output[0]) or []
         found.append((node, query[-1] if query else None, scores[-1] if scores else None))
     return found
-
-
-def _without_weights(model):
-    """A copy of `model` whose large initializers keep type and shape, not data: shape inference then takes milliseconds."""
-    import math
-
-    import onnx
-
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for tensor in light.graph.initializer:
-        if math.prod(tensor.dims) > WEIGHT_ELEMENTS:
-            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-                tensor.ClearField(data)
-    return light

@@ -214,3 +214,22 @@ def private_copy(source: Path, external: list[tuple[str, str, int, int | None]],
         yield workdir, copy
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def without_weights(model):
+    """A copy of `model` whose initializers of 1 KiB or more keep their name, type and shape, not their data (what
+    shape inference reads of them: it then takes milliseconds), built without copying the data."""
+    import onnx
+
+    light = onnx.ModelProto()
+    graph = model.graph
+    light.graph.CopyFrom(onnx.helper.make_graph(graph.node, graph.name, graph.input, graph.output, value_info=graph.value_info))
+    for tensor in graph.initializer:
+        if tensor.ByteSize() < SMALLEST_EXTERNAL_TENSOR:
+            light.graph.initializer.append(tensor)
+        else:
+            light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    light.ir_version = model.ir_version
+    light.opset_import.extend(model.opset_import)
+    light.functions.extend(model.functions)
+    return light

@@ -29,8 +29,10 @@ def tensor_types(model, feeds: dict[str, np.ndarray] | None = None) -> dict[str,
     shapes with values propagated. Inference is best effort: onnxruntime has the last word."""
     import onnx
 
+    from pipeline.core.onnxfile import without_weights
+
     if model.ByteSize() > SAVE_EXTERNAL_BYTES:  # shape inference serializes the model: not past protobuf's 2 GB
-        model = _without_weights(model)
+        model = without_weights(model)
     elif feeds is not None:  # a copy whose inputs have the feeds' shapes
         model = onnx.ModelProto.FromString(model.SerializeToString())
         for graph_input in model.graph.input:
@@ -43,27 +45,6 @@ def tensor_types(model, feeds: dict[str, np.ndarray] | None = None) -> dict[str,
     except Exception:  # best effort: without propagating values (the same error again without feeds)
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     return {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output]}
-
-
-def _without_weights(model):
-    """A copy of `model` whose initializers of 1 KiB or more keep their name, type and shape, not their data
-    (what shape inference reads of them), built without copying the data."""
-    import onnx
-
-    from pipeline.core.onnxfile import SMALLEST_EXTERNAL_TENSOR
-
-    light = onnx.ModelProto()
-    graph = model.graph
-    light.graph.CopyFrom(onnx.helper.make_graph(graph.node, graph.name, graph.input, graph.output, value_info=graph.value_info))
-    for tensor in graph.initializer:
-        if tensor.ByteSize() < SMALLEST_EXTERNAL_TENSOR:
-            light.graph.initializer.append(tensor)
-        else:
-            light.graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
-    light.ir_version = model.ir_version
-    light.opset_import.extend(model.opset_import)
-    light.functions.extend(model.functions)
-    return light
 
 
 class Exposed:
