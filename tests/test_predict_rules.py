@@ -281,6 +281,24 @@ def test_a_dq_feeding_a_layernormalization_runs_standalone():
     assert reasons(run(g.model(out)), "standalone") == {("qdq-into-float-region", "ln")}
 
 
+def test_an_fp8_engine_whose_qdq_runs_standalone_is_an_fp8_engine():
+    """A standalone Q/DQ made the whole engine "INT8" (any Q/DQ layer meant INT8): diff named an FP8 build's prediction INT8."""
+    from onnx import TensorProto, helper
+
+    g = Graph()
+    g.initializers.append(helper.make_tensor("zero", TensorProto.FLOAT8E4M3FN, [], [0]))
+
+    def fp8(tensor: str, name: str, scale: str) -> str:
+        return g.op("DequantizeLinear", [g.op("QuantizeLinear", [tensor, scale, "zero"], f"{name}_Q"), scale, "zero"], f"{name}_DQ")
+
+    weight = fp8(g.weight("fc.weight", (64, 64)), "fc_w", g.init("w_scale", np.float32(0.02)))
+    gemm = g.op("MatMul", [fp8(tokens(g), "x", g.init("x_scale", np.float32(0.05))), weight], "fc")
+    out = g.op("LayerNormalization", [fp8(gemm, "fc_out", g.init("y_scale", np.float32(0.05))), g.weight("w", (64,)), g.weight("b", (64,))],
+               "ln", axis=-1)
+    prediction = run(g.model(out, opset=19))
+    assert ("qdq-into-float-region", "ln") in reasons(prediction, "standalone") and prediction.summary.precision == "FP8"
+
+
 @covers("attention-not-fusable")
 def test_quantized_attention_needs_a_head_size_fused_int8_attention_takes():
     def model(head: int):

@@ -55,10 +55,11 @@ def myelin_graphs_per_profile(plan: EnginePlan) -> list[int]:
 
 
 def engine_precision(plan: EnginePlan) -> str:
-    """INT8 when any layer runs INT8 or quantizes; else the lowest float precision seen; "unknown" without types."""
-    if any(layer.precision == "INT8" or layer.qdq for layer in plan.layers):
-        return "INT8"
+    """INT8 when any layer runs INT8, or quantizes where no layer runs FP8 or FP4 (a names-only log shows Q/DQ layers,
+    not their types); else the lowest precision seen; "unknown" without types."""
     found = {layer.precision for layer in plan.layers}
+    if "INT8" in found or (any(layer.qdq for layer in plan.layers) and not found & {"FP8", "FP4"}):
+        return "INT8"
     return next((precision for precision in ("FP4", "FP8", "FP16", "BF16", "FP32") if precision in found), "unknown")
 
 
