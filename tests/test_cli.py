@@ -1,6 +1,7 @@
 """The CLI as a user runs it: outputs, manifest, caching, and exit codes (0, 1, 2) with one-line errors."""
 
 import json
+from pathlib import Path
 
 import onnx
 import pytest
@@ -98,3 +99,21 @@ def test_the_output_files_suffix_chooses_the_format(tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["layers"] > 0
     assert run_cli("report", str(log), "-o", str(tmp_path / "forced.html"), "--format", "md").returncode == 0
     assert not (tmp_path / "forced.html").read_text().startswith("<!doctype html>")
+
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists(), reason="a machine with a GPU runs ort-cuda")
+def test_bench_on_cuda_without_a_gpu_is_one_line_not_onnxruntimes_log(tmp_path):
+    """onnxruntime-gpu printed two native error lines per model (its search for CUDA's libraries) before our one line."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(tmp_path / "m.onnx"))
+    write_profile(tmp_path, TINY_MLP_PROFILE)
+    result = run_cli("bench", "m.onnx", "--profile", "p.toml", "--backend", "ort-cuda", cwd=tmp_path)
+    assert result.returncode == 3 and result.stderr.splitlines() == [
+        "error: --backend ort-cuda: no CUDA GPU here; run it on a machine with an NVIDIA GPU, or time this CPU with --backend ort-cpu"]

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core.devices import onnxruntime_cuda_missing
 from pipeline.core.errors import CapabilityMissing, InputError
 from pipeline.core.fileio import atomic_path
 from pipeline.core.onnxfile import load_onnx
@@ -73,6 +74,8 @@ def bench(models: dict[str, Path], backend: str, feeds: dict[str, np.ndarray], w
     why, and the others are timed (a build's BF16 model on onnxruntime's CPU provider); unless none can be."""
     if backend not in BACKENDS:
         raise InputError(f"--backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "ort-cuda" and (missing := onnxruntime_cuda_missing()):  # before onnxruntime prints its own errors, per model
+        raise CapabilityMissing(f"--backend ort-cuda: {missing}; run it on a machine with an NVIDIA GPU, or time this CPU with --backend ort-cpu")
     batch = int(next(iter(feeds.values())).shape[0])
     results, not_timed = {}, {}
     for label, path in models.items():
