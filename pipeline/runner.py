@@ -95,6 +95,7 @@ class Runner:
     def _run_one(self, stage: Stage, progress: Progress) -> StageRecord:
         task = progress.add_task("checking inputs", stage=stage.name)
         started = time.perf_counter()
+        rss.release_freed_memory()
         rss.reset_peak()
         previous = self.ctx.manifest.get(stage.name)
         try:

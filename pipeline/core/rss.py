@@ -11,6 +11,20 @@ from pathlib import Path
 CLEAR_REFS, STATUS = Path("/proc/self/clear_refs"), Path("/proc/self/status")
 
 
+def release_freed_memory() -> None:
+    """Give back what earlier work left unreachable: the export's torch module and onnx_ir graphs are reference cycles,
+    freed only by the cycle collector, and glibc keeps freed heap until `malloc_trim` (after export, 1.2 GB -> 0.6 GB
+    resident on a 0.47 GB decoder), so the next stage started above its own needs."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): its allocator keeps its own policy
+        pass
+
+
 def reset_peak() -> bool:
     """Start a new peak; False where only the process's peak is known."""
     try:
