@@ -7,6 +7,7 @@ a fixed point, save atomically, return per-rule statistics.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,9 +93,9 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     import onnx_ir as ir
 
     from pipeline.core.fileio import require_file
+    from pipeline.core.irwriter import write_model
     from pipeline.core.onnxfile import HINT, atomic_onnx, check_external_data
     from pipeline.optimize.safety import check_optimized
-    from pipeline.optimize.writer import write_model
 
     rules = select_rules(only, skip)
     require_file(source, "ONNX file", HINT)
@@ -111,6 +112,8 @@ def optimize_file(source: Path, target: Path, only: list[str] | None = None, ski
     checks = check_optimized(model, Path(source), history, touched, full_check=inferred)
     with atomic_onnx(target) as tmp:
         write_model(model, tmp)
+    del model
+    gc.collect()  # an onnx_ir graph is a reference cycle: its weights stay until collected, beside the check's session
     return OptimizeResult(
         sum(before.values()), sum(after.values()), dict(before), dict(after),
         [s.as_dict() for s in stats], history, checks,
