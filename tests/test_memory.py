@@ -76,3 +76,46 @@ def test_the_accuracy_check_and_its_fp32_reference_run_a_batch_too_large_for_mem
     parts = checked(path, batches, BackgroundOutputs(path, batches), path, 16)
     assert parts.keys() == whole.keys() and all(parts[k] == pytest.approx(whole[k], rel=1e-6, abs=1e-9) for k in whole)
     assert sorted(rows) == [4] * 8, "the candidate's 16 rows and the reference's, 4 at a time"
+
+
+def test_the_optimize_check_holds_one_session_at_a_time(tmp_path, monkeypatch):
+    """Issue 33: `differences` runs the reference, lets its session go, then makes the candidate's: two sessions at
+    once held the weights twice (the optimize stage's peak)."""
+    import weakref
+
+    from pipeline.core import verify
+
+    alive, most = set(), [0]
+
+    class Counted(verify.OnnxSession):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            alive.add(id(self))
+            weakref.finalize(self, alive.discard, id(self))
+            most[0] = max(most[0], len(alive))
+
+    monkeypatch.setattr(verify, "OnnxSession", Counted)
+    conv_stack(tmp_path / "a.onnx")
+    conv_stack(tmp_path / "b.onnx")
+    feeds = [{"x": np.ones((n, 3, 32, 32), np.float32)} for n in (1, 2)]
+    assert verify.differences(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds) == (0.0, 0.0)
+    assert most[0] == 1
+
+
+def test_memory_left_in_reference_cycles_is_given_back_before_a_stage(tmp_path):
+    """Issue 33: the export's torch module is a reference cycle, freed only by the cycle collector; the runner collects
+    before each stage, so the next one does not start with it held."""
+    import weakref
+
+    from pipeline.core.rss import release_freed_memory
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.itself, holder.weights = holder, np.ones(1 << 20)
+    freed = weakref.ref(holder)
+    del holder
+    assert freed() is not None  # a cycle: reference counting alone keeps it
+    release_freed_memory()
+    assert freed() is None
