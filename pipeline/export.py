@@ -5,6 +5,7 @@ names by `flatten_outputs`, the ONNX graph's output names with either exporter).
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import logging
 import warnings
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.errors import InputError, PipelineError, StageFailed, first_line
-from pipeline.core.onnxfile import atomic_onnx, external_data_threshold, ir_weight_bytes, save_onnx
+from pipeline.core.onnxfile import atomic_onnx, save_onnx
 from pipeline.core.profiles import Profile
 from pipeline.core.quiet import captured
 from pipeline.core.samples import check_sizes
@@ -55,7 +56,8 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     function_classes = _function_classes(module, functions or [])
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_onnx(output) as tmp:
-        _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, function_classes)
+        nodes = _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, function_classes)
+        gc.collect()  # the exporter's graphs are cycles: their memory back before the session takes the weights again
         status("verifying against torch on onnxruntime (CPU)")
         # one session for the file, the verification's and the generation check's; the graph as written: onnxruntime's
         # basic level folds a Pad(0) into the MaxPool after it, whose padding is -inf (BiT's stem: 3e-3 off torch)
@@ -65,7 +67,7 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
             raise StageFailed(f"export: the {exporter} exporter wrote a graph onnxruntime cannot load ({first_line(failed.__cause__).replace(str(tmp), output.name)}); "
                               "try the other exporter (--exporter)") from None
         try:
-            result = _verify(profile, module, tmp, exporter, session)
+            result = _verify(profile, module, tmp, exporter, session, nodes)
         except StageFailed as failed:
             raise _draws_random(tmp, type(module).__name__) or failed from None
         generation = _generation(given, profile, module, tmp, session, generation_reference, status)
@@ -99,11 +101,15 @@ def export_unchecked(profile: Profile, output: Path, exporter: str) -> None:
             raise fixed
 
 
-def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, profile: Profile, exporter: str, function_classes: set[type]) -> None:
-    """Run the exporter on the module, the file written to `tmp`; a failure is one line (pipeline/export_failures.py),
-    a dim the dynamo exporter fixed is refused (pipeline/fixed_dims.py)."""
+def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, profile: Profile, exporter: str, function_classes: set[type]) -> int:
+    """Run the exporter on the module, the file written to `tmp`; return its node count. A failure is one line
+    (pipeline/export_failures.py), a dim the dynamo exporter fixed is refused (pipeline/fixed_dims.py). The dynamo
+    exporter's graph is written a weight at a time (pipeline/core/irwriter.py): its own `save` serializes every weight
+    twice over while the module holds them too."""
+    import onnx
     import torch
 
+    from pipeline.core.irwriter import write_model
     from pipeline.export_translations import custom_translations
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # e.g. "torchvision is not installed"
@@ -123,7 +129,8 @@ def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, pro
                         custom_translation_table=custom_translations(),
                     )
                 check_dims(profile, list(program.model.graph.inputs), guards, type(module).__name__)
-                program.save(str(tmp), external_data=ir_weight_bytes(program.model) > external_data_threshold())
+                write_model(program.model, tmp)
+                return len(program.model.graph)
             else:
                 # torch always enables its ONNX log (it tests the function object, not its result),
                 # which prints the whole IR to stdout on failure: send it to the captured stderr
@@ -138,6 +145,7 @@ def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, pro
                     torch._C._jit_set_onnx_log_enabled(False)
                 if function_classes:
                     _stamp_function_calls(tmp, module, example, function_classes)
+                return len(onnx.load(str(tmp), load_external_data=False).graph.node)
     except DimFixed:
         raise
     except Exception as err:
@@ -316,10 +324,8 @@ def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
     return {name: a for name, a in axes.items() if a}
 
 
-def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, session: OnnxSession) -> ExportResult:
+def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, session: OnnxSession, nodes: int) -> ExportResult:
     """Compare torch and onnxruntime, output by output (by name), on random valid inputs at the profile's check sizes."""
-    import onnx
-
     from pipeline.models.decoder import prefill_sizes
 
     worst, checked = 0.0, []
@@ -352,8 +358,7 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
                     f"{_first_diverging(profile, module, onnx_path, feeds)}; try the other exporter (--exporter) or another opset"
                 )
         checked.append(_shapes(feeds))
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    return ExportResult(exporter, profile.export.opset, len(model.graph.node), worst, checked, list(expected))
+    return ExportResult(exporter, profile.export.opset, nodes, worst, checked, list(expected))
 
 
 def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:
