@@ -29,6 +29,7 @@ from pipeline.models.module import build_module, flatten_outputs, run_module
 from pipeline.near_ties import untied_run
 
 Status = Callable[[str], None]
+Case = tuple[dict[str, int], dict[str, np.ndarray], dict[str, np.ndarray]]  # a check: sizes, feeds, torch's outputs by name
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,13 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
     status(f"exporting with the {exporter} exporter (opset {profile.export.opset})")
     with atomic_onnx(output) as tmp:
         nodes = _write_onnx(tmp, module, example, dynamic_shapes, profile, exporter, function_classes)
-        gc.collect()  # the exporter's graphs are cycles: their memory back before the session takes the weights again
+        torch_side = TorchSide(module, given)
+        del module
+        status("running torch at the check sizes")
+        cases = _torch_cases(profile, torch_side.module)
+        reference = _torch_generation(profile, torch_side.module, tmp, cases, status)
+        if profile.export.part != "decoder":  # an encoder-decoder's decoder part runs torch and onnxruntime step by step
+            torch_side.release()
         status("verifying against torch on onnxruntime (CPU)")
         # one session for the file, the verification's and the generation check's; the graph as written: onnxruntime's
         # basic level folds a Pad(0) into the MaxPool after it, whose padding is -inf (BiT's stem: 3e-3 off torch)
@@ -67,11 +74,35 @@ def export_model(profile: Profile, output: Path, exporter: str | None = None, st
             raise StageFailed(f"export: the {exporter} exporter wrote a graph onnxruntime cannot load ({first_line(failed.__cause__).replace(str(tmp), output.name)}); "
                               "try the other exporter (--exporter)") from None
         try:
-            result = _verify(profile, module, tmp, exporter, session, nodes)
+            result = _verify(profile, cases, torch_side, tmp, exporter, session, nodes)
         except StageFailed as failed:
-            raise _draws_random(tmp, type(module).__name__) or failed from None
-        generation = _generation(given, profile, module, tmp, session, generation_reference, status)
+            raise _draws_random(tmp, torch_side.name) or failed from None
+        if profile.export.part == "decoder":
+            generation = _decoder_part_generation(given, profile, torch_side.module, session, generation_reference, status)
+        elif isinstance(reference, TorchGeneration):
+            generation = _follow(profile, reference, session, generation_reference, status)
+        else:
+            generation = reference  # None (no generation to check), or why it is skipped
     return replace(result, derived=derived_inputs(given, profile), generation=generation)
+
+
+class TorchSide:
+    """The torch module of an export, let go once torch's outputs and generation are computed: onnxruntime then loads the
+    file without the module beside it (both at once held the weights twice, the export's peak: issue 33). A failed check
+    that needs it again (which module the difference starts in) builds it again."""
+
+    def __init__(self, module: Any, profile: Profile):
+        self._module, self.profile, self.name, self.rebuilt = module, profile, type(module).__name__, False
+
+    @property
+    def module(self) -> Any:
+        if self._module is None:
+            self._module, self.rebuilt = build_module(self.profile)[0], True
+        return self._module
+
+    def release(self) -> None:
+        self._module = None
+        gc.collect()  # the module and the exporter's graphs are reference cycles
 
 
 RANDOM_OPS = ("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Multinomial", "Bernoulli")
@@ -152,59 +183,77 @@ def _write_onnx(tmp: Path, module: Any, example: tuple, dynamic_shapes: Any, pro
         raise exporter_failure(err, module, example, exporter, profile) from err
 
 
-def _generation(given: Profile, profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None,
-                status: Status) -> dict[str, Any] | None:
-    """The generation check of a decoder, or of an encoder-decoder's decoder part (on the encoder part's outputs for `given`'s inputs)."""
-    import torch
+@dataclass(frozen=True)
+class TorchGeneration:
+    """torch's greedy decoding, the generation check's reference, made before the module is let go."""
 
-    from pipeline.core.generation import decodes
-    from pipeline.models.decoder import generates
-
-    if profile.export.part == "decoder":
-        from pipeline.models.seq2seq import check_decoder_generation
-
-        status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's cross-attention caches")
-        with _one_thread(torch):
-            return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
-    if generates(module) or decodes(profile, session.outputs):
-        status("generation check: greedy decoding on onnxruntime vs torch")
-        return _check_generation(profile, module, onnx_path, session, reference_path)
-    return None
+    generation: Any
+    head: np.ndarray | None  # a base model's embedding matrix, its logits' head
+    seconds: float
 
 
-def _check_generation(profile: Profile, module: Any, onnx_path: Path, session: OnnxSession, reference_path: Path | None) -> dict[str, Any]:
-    """Greedy decoding with torch, followed by the exported file on onnxruntime (`session`; pipeline/core/generation.py):
-    its picks must be torch's at every step. torch's run is saved to `reference_path` (if given) for later stages."""
+def _torch_generation(profile: Profile, module: Any, onnx_path: Path, cases: list[Case], status: Status) -> TorchGeneration | dict[str, Any] | None:
+    """torch's greedy decoding for a decoder's generation check; {"skipped": why} where its picks cannot be fed back;
+    None for a model that does not generate (an encoder-decoder's decoder part: its own check, after the verification)."""
     import time
 
     import onnx
     import torch
 
-    from pipeline.core.generation import PAST_INPUT, compare, embedding_head, follow, greedy, require_exact, save_reference
+    from pipeline.core.generation import decodes, embedding_head, greedy
+    from pipeline.models.decoder import generates
 
-    unfed = _tokens_it_does_not_take(profile, session)
+    outputs = cases[0][2]
+    if profile.export.part == "decoder" or not (generates(module) or decodes(profile, list(outputs))):
+        return None
+    unfed = _tokens_it_does_not_take(profile, outputs)
     if unfed:
         return {"skipped": unfed}
-    torch_run = _torch_runner(module, profile)
-    head = None if "logits" in session.outputs else embedding_head(onnx.load(str(onnx_path)))  # a base model: decoded through its embedding
+    status("generation check: greedy decoding with torch")
+    head = None if "logits" in outputs else embedding_head(onnx.load(str(onnx_path)))  # a base model: decoded through its embedding
     started = time.perf_counter()
     with _one_thread(torch):
-        reference = greedy(torch_run, profile, head)
-    figures = compare(reference, follow(session.run_named, profile, reference, head))
+        reference = greedy(_torch_runner(module, profile), profile, head)
+    return TorchGeneration(reference, head, time.perf_counter() - started)
+
+
+def _follow(profile: Profile, reference: TorchGeneration, session: OnnxSession, reference_path: Path | None, status: Status) -> dict[str, Any]:
+    """The exported file on onnxruntime (`session`) decoding torch's tokens (pipeline/core/generation.py): its picks must be
+    torch's at every step. torch's run is saved to `reference_path` (if given) for later stages."""
+    import time
+
+    from pipeline.core.generation import PAST_INPUT, compare, follow, require_exact, save_reference
+
+    status("generation check: greedy decoding on onnxruntime vs torch")
+    started = time.perf_counter()
+    figures = compare(reference.generation, follow(session.run_named, profile, reference.generation, reference.head))
     require_exact(figures, "export", "torch's")
     if reference_path is not None:
-        save_reference(reference_path, reference, head)
+        save_reference(reference_path, reference.generation, reference.head)
     fed_back = any(PAST_INPUT.fullmatch(spec.name) for spec in profile.inputs)
-    return {**figures, "check_seconds": round(time.perf_counter() - started, 3), **({} if fed_back else {"prefix_recomputed": True})}
+    seconds = reference.seconds + time.perf_counter() - started
+    return {**figures, "check_seconds": round(seconds, 3), **({} if fed_back else {"prefix_recomputed": True})}
 
 
-def _tokens_it_does_not_take(profile: Profile, session: OnnxSession) -> str | None:
+def _decoder_part_generation(given: Profile, profile: Profile, module: Any, session: OnnxSession, reference_path: Path | None,
+                             status: Status) -> dict[str, Any]:
+    """The generation check of an encoder-decoder's decoder part, on the encoder part's outputs for `given`'s inputs."""
+    import torch
+
+    from pipeline.models.seq2seq import check_decoder_generation
+
+    status("generation check: greedy decoding on onnxruntime vs torch, on the encoder's cross-attention caches")
+    with _one_thread(torch):
+        return check_decoder_generation(given, profile, module, _torch_runner(module, profile), session, reference_path)
+
+
+def _tokens_it_does_not_take(profile: Profile, outputs: dict[str, np.ndarray]) -> str | None:
     """Why greedy decoding cannot feed the model the tokens it picks: its logits score more classes than its input_ids
     range (HiggsAudio's 8192 audio codebook entries against its 1000 text tokens: the picked ids overran the embedding);
     None where it can."""
     spec = next(s for s in profile.inputs if s.name == "input_ids")  # prompts() required it, with a range
-    width = next((o.shape[-1] for o in session.session.get_outputs() if o.name == "logits"), None)
-    if isinstance(width, int) and width > spec.range[1]:
+    width = outputs["logits"].shape[-1] if "logits" in outputs else None
+    if width is not None and width > spec.range[1]:
         return f"its logits score {width} classes and input_ids takes {spec.range[1]:g}, so its picks cannot be fed back"
     return None
 
@@ -324,18 +373,25 @@ def _torchscript_axes(profile: Profile) -> dict[str, dict[int, str]]:
     return {name: a for name, a in axes.items() if a}
 
 
-def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, session: OnnxSession, nodes: int) -> ExportResult:
-    """Compare torch and onnxruntime, output by output (by name), on random valid inputs at the profile's check sizes."""
+def _torch_cases(profile: Profile, module: Any) -> list[Case]:
+    """torch's outputs on random valid inputs at the profile's check sizes."""
     from pipeline.models.decoder import prefill_sizes
 
-    worst, checked = 0.0, []
+    cases = []
     for i, sizes in enumerate(check_sizes(profile) + prefill_sizes(profile)):
         feeds, output = untied_run(profile, module, sizes, seed=1000 + i)
-        expected = {name: t.numpy() for name, t in flatten_outputs(output, profile)}
+        cases.append((sizes, feeds, {name: t.numpy() for name, t in flatten_outputs(output, profile)}))
+    return cases
+
+
+def _verify(profile: Profile, cases: list[Case], torch_side: TorchSide, onnx_path: Path, exporter: str, session: OnnxSession, nodes: int) -> ExportResult:
+    """Compare torch's outputs with onnxruntime's, output by output (by name)."""
+    worst, checked = 0.0, []
+    for i, (sizes, feeds, expected) in enumerate(cases):
         try:
             actual = session.run_named(feeds)
         except StageFailed as failed:
-            fixed = i and dim_the_graph_fixed(profile, session, sizes, type(module).__name__)
+            fixed = i and dim_the_graph_fixed(profile, session, sizes, torch_side.name)
             raise fixed or StageFailed(f"export: the {exporter} exporter's graph does not run on onnxruntime at input shapes {_shapes(feeds)} "
                                        f"({run_failure(failed.__cause__)}); try the other exporter (--exporter)") from None
         if list(actual) != list(expected):
@@ -355,24 +411,36 @@ def _verify(profile: Profile, module: Any, onnx_path: Path, exporter: str, sessi
                 raise StageFailed(
                     f"export: onnxruntime differs from torch by max_abs_diff={diff:.3g} > tolerance {profile.export.tolerance:g}{scaled} "
                     f"({exporter} exporter, opset {profile.export.opset}, input shapes {_shapes(feeds)}, output {name!r}); "
-                    f"{_first_diverging(profile, module, onnx_path, feeds)}; try the other exporter (--exporter) or another opset"
+                    f"{_first_diverging(profile, torch_side, onnx_path, feeds, expected)}; try the other exporter (--exporter) or another opset"
                 )
         checked.append(_shapes(feeds))
-    return ExportResult(exporter, profile.export.opset, nodes, worst, checked, list(expected))
+    return ExportResult(exporter, profile.export.opset, nodes, worst, checked, list(cases[-1][2]))
 
 
-def _first_diverging(profile: Profile, module: Any, onnx_path: Path, feeds: dict[str, np.ndarray]) -> str:
-    """Which torch module the difference starts in (pipeline/diagnose/divergence.py), for the failure line."""
+def _first_diverging(profile: Profile, torch_side: TorchSide, onnx_path: Path, feeds: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> str:
+    """Which torch module the difference starts in (pipeline/diagnose/divergence.py), for the failure line; the module built
+    again where it was let go, and compared only if it gives the outputs the first build gave."""
     import tempfile
 
     from pipeline.diagnose.divergence import compare_to_torch
 
     try:
+        module = torch_side.module
+        if torch_side.rebuilt and not _same_outputs(profile, module, feeds, expected):
+            return "modules not compared (the model built again gives other outputs than the one exported: its factory is not deterministic)"
         with tempfile.TemporaryDirectory() as workdir:
             result, _ = compare_to_torch(profile, module, onnx_path, feeds, Path(workdir))
     except PipelineError as err:
         return f"modules not compared ({err})"
     return result.verdict + ("; see `python -m pipeline compare --torch`" if result.first_diverging else "")
+
+
+def _same_outputs(profile: Profile, module: Any, feeds: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+    import torch
+
+    inputs = tuple(torch.from_numpy(np.ascontiguousarray(feeds[spec.name])) for spec in profile.inputs)
+    again = {name: t.numpy() for name, t in flatten_outputs(run_module(module, inputs, profile), profile)}
+    return list(again) == list(expected) and all(np.array_equal(again[name], want, equal_nan=True) for name, want in expected.items())
 
 
 def _shapes(feeds: dict[str, np.ndarray]) -> dict[str, list[int]]:

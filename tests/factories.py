@@ -92,6 +92,18 @@ def bert_tiny_broken(module: str = "encoder.layers.3.pos_ff.dense", offset: floa
     return _broken_while_exporting(sentence_pair_matcher(**kwargs), module, offset)
 
 
+def bert_tiny_broken_new_each_build(**kwargs):
+    """bert_tiny_broken with weights drawn afresh on every call (no seed): a factory whose model cannot be built again."""
+    import os
+
+    model = bert_tiny_broken(**kwargs)
+    noise = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=noise) * 0.01)
+    return model
+
+
 def hf_bert_broken(module: str = "encoder.layer.1.intermediate.dense", offset: float = 0.05):
     """A Hugging Face BertModel from a small random config, with one broken module."""
     from transformers import BertConfig, BertModel

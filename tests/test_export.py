@@ -278,3 +278,30 @@ def test_bucketize_exports_as_a_count_that_onnxruntime_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     ops = {node.op_type for node in onnx.load(tmp_path / "out" / "model.onnx").graph.node}
     assert "ReduceSum" in ops and not ops & {"GatherND", "Loop"}
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_the_module_is_let_go_before_onnxruntime_loads_the_export(tmp_path, monkeypatch, exporter):
+    """Issue 33: torch's outputs are computed first and the module let go, so the module and onnxruntime's session never
+    hold the weights at once (at 0.5B parameters that pair was the export's peak)."""
+    import weakref
+
+    from pipeline import export
+
+    built, module_alive = [], []
+    real_build = export.build_module
+
+    def build(profile):
+        result = real_build(profile)
+        built.append(weakref.ref(result[0]))
+        return result
+
+    class Probe(export.OnnxSession):
+        def __init__(self, *args, **kwargs):
+            module_alive.append(built[0]() is not None)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(export, "build_module", build)
+    monkeypatch.setattr(export, "OnnxSession", Probe)
+    result = export_model(load_profile(str(write_profile(tmp_path, TINY_MLP_PROFILE))), tmp_path / "m.onnx", exporter=exporter)
+    assert module_alive == [False] and result.max_abs_diff < 1e-5
