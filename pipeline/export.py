@@ -197,10 +197,9 @@ def _torch_generation(profile: Profile, module: Any, onnx_path: Path, cases: lis
     None for a model that does not generate (an encoder-decoder's decoder part: its own check, after the verification)."""
     import time
 
-    import onnx
     import torch
 
-    from pipeline.core.generation import decodes, embedding_head, greedy
+    from pipeline.core.generation import decodes, greedy
     from pipeline.models.decoder import generates
 
     outputs = cases[0][2]
@@ -210,11 +209,24 @@ def _torch_generation(profile: Profile, module: Any, onnx_path: Path, cases: lis
     if unfed:
         return {"skipped": unfed}
     status("generation check: greedy decoding with torch")
-    head = None if "logits" in outputs else embedding_head(onnx.load(str(onnx_path)))  # a base model: decoded through its embedding
+    head = None if "logits" in outputs else _input_embedding(module, onnx_path)  # a base model: decoded through its embedding
     started = time.perf_counter()
     with _one_thread(torch):
         reference = greedy(_torch_runner(module, profile), profile, head)
     return TorchGeneration(reference, head, time.perf_counter() - started)
+
+
+def _input_embedding(module: Any, onnx_path: Path) -> np.ndarray | None:
+    """A base model's input embedding matrix: transformers' `get_input_embeddings()`, the weights the exported Gather
+    reads, without loading every weight of the file beside the module; else the ONNX file's (pipeline/core/generation.py)."""
+    import onnx
+
+    from pipeline.core.generation import embedding_head
+
+    try:
+        return module.get_input_embeddings().weight.detach().numpy().astype(np.float64)
+    except (AttributeError, NotImplementedError):  # not a transformers model, or one without a single input embedding
+        return embedding_head(onnx.load(str(onnx_path)))
 
 
 def _follow(profile: Profile, reference: TorchGeneration, session: OnnxSession, reference_path: Path | None, status: Status) -> dict[str, Any]:

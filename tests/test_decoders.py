@@ -65,6 +65,16 @@ def test_a_llama_factory_exports_with_its_cache_in_optimums_layout(llama_export)
     assert (path.parent / "llama.generation.npz").is_file()
 
 
+def test_a_base_models_reference_head_is_the_embedding_the_exported_gather_reads(llama_export):
+    """The export takes a base model's head from transformers' input embedding (not by loading every weight of the file
+    beside the module): the matrix the ONNX's Gather of input_ids reads."""
+    from pipeline.core.generation import embedding_head, load_reference
+
+    _, _, path = llama_export
+    _, head = load_reference(path.parent / "llama.generation.npz")
+    assert head is not None and np.array_equal(head, embedding_head(onnx.load(str(path))).astype(np.float32))
+
+
 def test_the_exported_cache_decodes_like_the_model_without_one(llama_export, folder):
     """Prefill 7 tokens, then decode the 8th from the returned cache: its hidden state is the one the
     model (built again, same seed) computes over all 8 tokens without a cache."""
@@ -244,7 +254,25 @@ def test_init_writes_a_small_decoder_with_its_cache_and_full_size_only_when_aske
     full = starter_profile("llama", "base", "llama", tmp_path, full_size=True)
     assert "hidden_size" not in full and full.count("past_key_values.") == 2 * 32
     with pytest.raises(ProfileError, match=r"6,607M parameters, 24.6 GiB of FP32 weights.*this machine has 16.0 GiB available"):
-        check_fits(AutoModel, AutoConfig.for_model("llama"), "here", available=16 * 2**30)
+        check_fits(AutoModel, AutoConfig.for_model("llama"), "here", "dynamo", available=16 * 2**30)
+
+
+def test_the_export_memory_model_is_the_benchmarks_fit_rounded_up_and_depends_on_the_exporter():
+    """Issue 33: the export needs a fixed part plus a factor of the weights, per exporter (bench/export_memory.py); a
+    1.5B decoder's dynamo export fits 22 GiB, its torchscript one (which also holds the proto it serializes) does not."""
+    from conftest import REPO
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.models.size import EXPORT_MEMORY, check_fits
+
+    fits = json.loads((REPO / "bench" / "results" / "export_memory.json").read_text())["fits"]
+    for exporter, (fixed, factor) in EXPORT_MEMORY.items():
+        assert 0 <= factor - fits[exporter]["factor"] < 0.5 and 0 <= fixed - fits[exporter]["fixed_bytes"] < 1e8, exporter
+    qwen = AutoConfig.for_model("qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True)
+    assert check_fits(AutoModelForCausalLM, qwen, "here", "dynamo", available=22 * 2**30) > 1.5e9
+    with pytest.raises(ProfileError, match=r"its export \(torchscript\) needs about .* \(4.5x the weights and"):
+        check_fits(AutoModelForCausalLM, qwen, "here", "torchscript", available=22 * 2**30)
 
 
 def test_the_decoder_corpus_is_recorded_and_docs_show_it():

@@ -40,7 +40,7 @@ def load_hf_model(profile: Profile) -> Any:
             raise ProfileError(f"{where}.hf_config: {short_error(err)}") from err
         _name_first_architecture(auto, config)
         try:
-            check_fits(auto, config, f"{where}.hf_config ({model_type})")
+            check_fits(auto, config, f"{where}.hf_config ({model_type})", profile.export.exporter)
             model = auto.from_config(config)
             std = getattr(config, "initializer_range", None) or INIT_STD
             draw_zero_tokens(model, std)
@@ -55,7 +55,7 @@ def load_hf_model(profile: Profile) -> Any:
     else:
         location = local_folder(profile)
         if location is not None:  # a model id's config is only known once downloaded
-            _check_folder_fits(transformers, auto, location, f"{where}.hf ({section.hf})")
+            _check_folder_fits(transformers, auto, location, f"{where}.hf ({section.hf})", profile.export.exporter)
         try:
             model, loading = auto.from_pretrained(str(location) if location else section.hf, output_loading_info=True)
         except (OSError, ValueError) as err:
@@ -164,10 +164,10 @@ def settle_batch_norm(model: Any, profile: Profile) -> int:
     return len(layers)
 
 
-def _check_folder_fits(transformers: Any, auto: Any, folder: Path, where: str) -> None:
+def _check_folder_fits(transformers: Any, auto: Any, folder: Path, where: str, exporter: str) -> None:
     try:
         config = transformers.AutoConfig.from_pretrained(str(folder))
-        check_fits(auto, config, where)
+        check_fits(auto, config, where, exporter)
     except (OSError, ValueError):
         return  # from_pretrained says what is wrong with the folder
 

@@ -10,11 +10,18 @@ from typing import Any
 from pipeline.core.errors import ProfileError
 from pipeline.core.memory import available_bytes, gib
 
-# Peak resident memory the export stage adds, over the FP32 weights' bytes (the model, the traced
-# program, the ONNX proto and its file, the onnxruntime session that verifies it): 6.7x measured on
-# a 29M-parameter Llama with the dynamo exporter, 5.9x with torchscript (bench/export_memory.py,
-# bench/results/export_memory.json); rounded up.
-EXPORT_MEMORY_FACTOR = 7
+# Peak resident memory the export stage adds to the process, per exporter: (fixed bytes, factor of the FP32 weights).
+# The fixed part is torch's tracing and onnxruntime's session; the factor, the module and then the session that checks
+# the file (the export lets the module go before the session loads it). The line through a 29M- and a 174M-parameter
+# Llama's peaks (bench/export_memory.py, bench/results/export_memory.json: dynamo 0.34 GB + 2.43x, torchscript, which
+# also holds the proto it serializes, 0.19 GB + 4.13x), rounded up.
+EXPORT_MEMORY = {"dynamo": (400_000_000, 2.5), "torchscript": (200_000_000, 4.5)}
+
+
+def export_peak_bytes(weights: int, exporter: str) -> int:
+    """What the export of a model with `weights` bytes of FP32 weights needs, by EXPORT_MEMORY."""
+    fixed, factor = EXPORT_MEMORY[exporter]
+    return int(fixed + factor * weights)
 
 # What `init --hf MODEL_TYPE` writes for a config's size keys (those the config has, under its own
 # names): a model that exports in seconds. Every key a user sets to grow it is one of these.
@@ -231,16 +238,18 @@ def count_parameters(auto_class: Any, config: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def check_fits(auto_class: Any, config: Any, where: str, available: int | None = None) -> int:
-    """Refuse (one line) a model whose FP32 weights times the export's memory factor exceed the memory available; return its parameter count."""
+def check_fits(auto_class: Any, config: Any, where: str, exporter: str, available: int | None = None) -> int:
+    """Refuse (one line) a model whose export would need more memory than is available (EXPORT_MEMORY); return its parameter count."""
     parameters = count_parameters(auto_class, config)
     weights = parameters * 4
     available = available_bytes() if available is None else available
-    if weights * EXPORT_MEMORY_FACTOR > available:
+    needs = export_peak_bytes(weights, exporter)
+    if needs > available:
         keys = ", ".join(small_config_fields(config)) or "its size keys"
+        fixed, factor = EXPORT_MEMORY[exporter]
         raise ProfileError(
-            f"{where}: the model has {parameters / 1e6:,.0f}M parameters, {gib(weights)} of FP32 weights, and its export needs about "
-            f"{EXPORT_MEMORY_FACTOR}x that ({gib(weights * EXPORT_MEMORY_FACTOR)}); this machine has {gib(available)} available. "
+            f"{where}: the model has {parameters / 1e6:,.0f}M parameters, {gib(weights)} of FP32 weights, and its export ({exporter}) needs "
+            f"about {gib(needs)} ({factor:g}x the weights and {gib(fixed)}); this machine has {gib(available)} available. "
             f"Shrink the config ({keys}) or export on a larger machine"
         )
     return parameters

@@ -16,11 +16,11 @@ import tomlkit
 from pipeline.core.budget import OutOfTime, TimeBudget, step
 from pipeline.core.errors import InputError, PipelineError, first_line
 from pipeline.core.memory import available_bytes
-from pipeline.core.profiles import Profile
+from pipeline.core.profiles import ExportSection, Profile
 from pipeline.models.decoder import max_positions, prepare, returns_cache, with_past_profile
 from pipeline.models.hf import AUTO_CLASSES, import_transformers, load_hf_model, short_error
 from pipeline.models.seq2seq_starter import EXPORT, EXPORT_COMMENT, encoder_decoder_inputs, run_encoder_decoder, task_of
-from pipeline.models.size import EXPORT_MEMORY_FACTOR, per_layer_fields, small_config_fields
+from pipeline.models.size import export_peak_bytes, per_layer_fields, small_config_fields
 from pipeline.models.trial import DEFAULT_SECONDS, SECONDS_ENV, feed_noise, random_draws, run_at_max
 
 
@@ -357,7 +357,7 @@ def _returns_cache(model_class: Any, config: Any, small: bool) -> bool:
             return True
         # no cache on meta may be a forward meta cannot run (a MoE's routing): a small config that fits memory runs on the
         # CPU (axk1's, 77M parameters; else init wrote an encoder's dims for it and refused them)
-        return small and parameters * 4 * EXPORT_MEMORY_FACTOR <= available_bytes() and returns_cache(model_class(config))
+        return small and export_peak_bytes(parameters * 4, ExportSection().exporter) <= available_bytes() and returns_cache(model_class(config))
 
 
 def _with_past_inputs(dims: dict, inputs: list, model_class: Any, config: Any) -> tuple[dict, list]:
