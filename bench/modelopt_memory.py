@@ -126,8 +126,8 @@ def decoder_rows() -> dict:
     """The 118M-parameter Qwen2's direct steps, as bench/sizes.py recorded them (FP32 weights: parameters x 4 bytes)."""
     record = json.loads(SIZES.read_text())["sizes"]["0.1b"]
     model_mb = record["parameters"] * 4 / 2**20
-    steps = {step: {"peak_rss_mb": record["stages"][step]["direct"]["peak_rss_mb"],
-                    "factor": round(record["stages"][step]["direct"]["peak_rss_mb"] / model_mb, 2)} for step in STEPS}
+    peaks = {step: record["stages"][step]["direct"]["peak_rss_mb"] * 1e6 / 2**20 for step in STEPS}  # that file's MB, here MiB
+    steps = {step: {"peak_rss_mb": round(peaks[step], 1), "factor": round(peaks[step] / model_mb, 2)} for step in STEPS}
     return {"kind": "decoder", "source": "bench/results/sizes.json (0.1b, direct)", "model_mb": round(model_mb, 1), "steps": steps}
 
 

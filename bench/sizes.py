@@ -20,7 +20,7 @@ per stage: the manifest's `peak_rss_mb`). A direct step's seconds leave out its 
 it is given (a stage's include its lazy imports, a few seconds in the first stage that needs torch or ModelOpt). What ours adds over the direct call is what the stage checks
 (torch vs onnxruntime, generation, accuracy gates, lint): the ratio says what that costs.
 
-Run: python bench/sizes.py [--sizes tiny,0.1b] [--results FILE] [--docs-only]
+Run: python bench/sizes.py [--sizes tiny,0.1b] [--until STAGE] [--results FILE] [--docs-only]
      -> bench/results/sizes.json, bench/results/sizes.png, the table in docs/performance.md
 Sizes merge into the results file by name, so a large size can be run alone on a larger machine.
 """
@@ -75,8 +75,8 @@ if step == "export":  # the model is built inside the clock, as in the stage's s
 elif step == "optimize":
     import onnx
     started = time.perf_counter()
-    model = onnx.load(str(exported))
-    onnx.save(model, str(folder / "direct.onnx"), save_as_external_data=model.ByteSize() > 2**31 - 1)
+    model = onnx.load(str(exported))  # past 2 GB protobuf cannot even size the whole model: sum its weights
+    onnx.save(model, str(folder / "direct.onnx"), save_as_external_data=sum(t.ByteSize() for t in model.graph.initializer) > 2**31 - 1)
 else:  # fed what the stage feeds (a decoder's mask must match its cache: random library feeds fail), made before the clock starts
     import numpy as np
     import onnx
@@ -110,7 +110,7 @@ else:  # fed what the stage feeds (a decoder's mask must match its cache: random
         quantize(onnx_path=str(optimized), quantize_mode=step, calibration_data_reader=calibration_reader(feeds, lambda *_: None),
                  calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(folder / "direct.onnx"), log_level="ERROR", **extra)
 print(json.dumps({"seconds": round(time.perf_counter() - started, 2),
-                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6, 1)}))  # MB, as the manifest's
 '''
 
 
@@ -132,11 +132,11 @@ def parameters(size: str) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def run_size(size: str, folder: Path) -> dict:
-    """The build's stages and each direct step, at one size."""
+def run_size(size: str, folder: Path, until: str = STAGES[-1]) -> dict:
+    """The build's stages up to `until` and each direct step, at one size."""
     (folder / "p.toml").write_text(profile_text(size))
     command = [sys.executable, "-m", "pipeline", "build", "--profile", str(folder / "p.toml"), "--fp16", "--int8", "--int4",
-               "--until", "int4", "--out", str(folder / "out")]
+               "--until", until, "--out", str(folder / "out")]
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     build = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     print(build.stdout, build.stderr, sep="", flush=True)
@@ -147,7 +147,9 @@ def run_size(size: str, folder: Path) -> dict:
         if stage["name"] in STAGES:
             record["stages"][stage["name"]] = {"status": stage["status"], "seconds": stage["seconds"], "peak_rss_mb": stage.get("peak_rss_mb"),
                                                "reason": stage.get("reason", "")[:300]}
-    for step in STAGES:
+    if until != STAGES[-1]:
+        record["until"] = until  # the stages after it were not asked for (a machine with too little memory for ModelOpt's)
+    for step in STAGES[: STAGES.index(until) + 1]:
         if record["stages"].get("optimize", {}).get("status") != "done" and step != "export":
             break
         direct = subprocess.run([sys.executable, "-c", DIRECT, step, str(folder)], cwd=REPO, capture_output=True, text=True)
@@ -175,7 +177,7 @@ def readme_table(results: dict) -> str:
 
 
 def _gb(mb: float | None) -> str:
-    return f"{mb / 1024:.2f}" if mb else ""
+    return f"{mb / 1000:.2f}" if mb else ""
 
 
 def plot(results: dict, path: Path = PLOT) -> None:
@@ -210,6 +212,8 @@ def write_docs(results: dict, page: Path = DOCS) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of {', '.join(SIZES)}")
+    parser.add_argument("--until", default=STAGES[-1], choices=STAGES,
+                        help="the last stage built and measured (e.g. optimize for 0.5b and 1.5b on a machine ModelOpt's steps do not fit)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--docs-only", action="store_true", help="only rewrite the docs table and plot from the results file")
     args = parser.parse_args()
@@ -219,7 +223,7 @@ def main() -> None:
 
         for size in args.sizes.split(","):
             with tempfile.TemporaryDirectory() as tmp:
-                results["sizes"][size] = run_size(size, Path(tmp))
+                results["sizes"][size] = run_size(size, Path(tmp), args.until)
             results["sizes"] = dict(sorted(results["sizes"].items(), key=lambda item: item[1]["parameters"]))
             write_json(args.results, results)
     if args.results == RESULTS:
