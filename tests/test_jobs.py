@@ -365,3 +365,21 @@ def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_
     assert "to run it" in page and "break-all" not in page
     assert '<td class="cmd">docker run --gpus all -v /<wbr>data/<wbr>res:/<wbr>res trt-pipeline</td>' in page
     assert "; to run it: `docker run --gpus all -v /data/res:/res trt-pipeline`" in render_md(gather([tmp_path]))  # md keeps it too
+
+
+def test_plan_says_before_the_run_when_the_matrix_needs_transformers_and_it_is_not_installed(monkeypatch):
+    """The packaged CPU matrix's hf-bert-tiny cells need the [hf] extra: after the quick start's install they failed in
+    the run, one by one; `jobs plan` now says so first (and nothing where transformers is there)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    matrix = str(REPO / "profiles" / "matrix-cpu.toml")
+    installed = CliRunner().invoke(app, ["jobs", "plan", matrix])
+    assert installed.exit_code == 0 and "note:" not in installed.output
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed: find_spec answers None
+    missing = CliRunner().invoke(app, ["jobs", "plan", matrix])
+    assert missing.exit_code == 0
+    assert missing.output.splitlines()[-1].startswith(
+        'note: model hf-bert-tiny (model.hf/hf_config) needs transformers: pip install "transformers')
+    assert missing.output.splitlines()[-1].endswith('(the [hf] extra); `jobs run` fails their cells here without it')

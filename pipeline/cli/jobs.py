@@ -50,7 +50,19 @@ def plan_command(
     groups = sorted({c.gpu for c in cells})
     lines = [f"{matrix.name}: {len(cells)} cell{'s' * (len(cells) != 1)} ({len(groups)} GPU type{'s' * (len(groups) != 1)}: {', '.join(groups)})"]
     lines += [f"{c.index:>4}  {c.id}  {c.label}" for c in cells]
+    missing = _missing_transformers(matrix)
+    if missing:
+        lines.append(f"note: {missing}; `jobs run` fails their cells here without it")
     emit("\n".join(lines) + "\n", None)
+
+
+def _missing_transformers(matrix) -> str | None:
+    """The line saying the matrix's transformers models cannot build here (not installed), said before the run; None where they can."""
+    from pipeline.jobs.spec import profile_of
+    from pipeline.models.hf import transformers_missing
+
+    names = sorted({profile.name for profile in (profile_of(matrix, entry) for entry in matrix.models) if profile.model.is_hf})
+    return transformers_missing(f"model{'s' * (len(names) > 1)} {', '.join(names)} (model.hf/hf_config)") if names else None
 
 
 @jobs_app.command("run", help="Run every cell here, in order, each as its own process; resumable (done cells are kept unless --force).")

@@ -187,10 +187,21 @@ def import_transformers(needed_by: str, error: type[Exception] = ProfileError):
     try:
         import transformers
     except ImportError as err:
-        raise error(f'{needed_by} needs transformers: pip install "{_transformers_requirement()}" (the [hf] extra)') from err
+        raise error(_needs_transformers(needed_by)) from err
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()  # "Loading weights" bars: the stage's own line and progress say it
     return transformers
+
+
+def _needs_transformers(needed_by: str) -> str:
+    return f'{needed_by} needs transformers: pip install "{_transformers_requirement()}" (the [hf] extra)'
+
+
+def transformers_missing(needed_by: str) -> str | None:
+    """What import_transformers would say where transformers is not installed, found without importing it (seconds); None where it is."""
+    import importlib.util
+
+    return None if importlib.util.find_spec("transformers") is not None else _needs_transformers(needed_by)
 
 
 def short_error(err: Exception) -> str:
