@@ -159,22 +159,32 @@ def _convert_once(source: Path, target: Path, low_precision_type: str, op_types_
 
 @contextlib.contextmanager
 def _autocast_input(source: Path, beside: Path):
-    """`source`, or where a Constant holds its value as an attribute (value_float, value_ints: the dynamo exporter's
-    scalars, e.g. ReLU6's bounds 0 and 6), a copy in a work folder beside `beside` with each as a tensor `value`.
-    AutoCast (ModelOpt 0.47, `onnx/utils.py: _convert_constant_values`) removes the Cast to FP16 it inserted after a
-    Constant and converts the Constant's tensor value, but leaves a value_float as it is: MobileNetV2's Clip then
-    took an FP16 input and FP32 bounds, which onnxruntime refuses to load ("Type parameter (T) of Optype (Clip)
-    bound to different types")."""
+    """`source` as AutoCast is given it: its weights in a data file, and each Constant holding its value as an attribute
+    as a tensor `value` (a copy in a work folder beside `beside` where either was not so).
+
+    Weights in a data file: AutoCast loads them only after its graph sanitizer and type inference, which copy the
+    whole proto several times (ModelOpt 0.47, `autocast/convert.py`); a 0.47 GB decoder's AutoCast peaked at 7.1 GB
+    given the inline file, 6.4 GB given its weights in a data file. Constants: AutoCast (`onnx/utils.py:
+    _convert_constant_values`) removes the Cast to FP16 it inserted after a Constant and converts the Constant's tensor
+    value, but leaves a value_float (the dynamo exporter's scalars, e.g. ReLU6's bounds 0 and 6) as it is: MobileNetV2's
+    Clip then took an FP16 input and FP32 bounds, which onnxruntime refuses to load ("Type parameter (T) of Optype
+    (Clip) bound to different types")."""
     import onnx
 
-    from pipeline.core.onnxfile import constants_as_tensors, external_tensors, private_copy
+    from pipeline.core.fileio import external_data_file
+    from pipeline.core.onnxfile import SMALLEST_EXTERNAL_TENSOR, constants_as_tensors, external_tensors, private_copy
 
     model = onnx.load(str(source), load_external_data=False)
-    if not constants_as_tensors(model):
+    rewritten, external = constants_as_tensors(model), external_tensors(model)
+    if external and not rewritten:
         yield source
         return
-    with private_copy(source, external_tensors(model), beside) as (_, copy):
-        onnx.save(model, str(copy))
+    with private_copy(source, external, beside) as (_, copy):
+        if external:
+            onnx.save(model, str(copy))
+        else:
+            onnx.save(model, str(copy), save_as_external_data=True, location=external_data_file(copy).name, size_threshold=SMALLEST_EXTERNAL_TENSOR)
+        del model
         yield copy
 
 
