@@ -266,8 +266,10 @@ def test_the_export_memory_model_is_the_benchmarks_fit_rounded_up_and_depends_on
     from pipeline.models.size import EXPORT_MEMORY, check_fits
 
     fits = json.loads((REPO / "bench" / "results" / "export_memory.json").read_text())["fits"]
+    docs = " ".join((REPO / "docs" / "decoders.md").read_text().split())
     for exporter, (fixed, factor) in EXPORT_MEMORY.items():
         assert 0 <= factor - fits[exporter]["factor"] < 0.5 and 0 <= fixed - fits[exporter]["fixed_bytes"] < 1e8, exporter
+        assert f"{fixed / 1e9:g} GB + {factor:g}x with {exporter}" in docs, "docs/decoders.md states the model as size.py has it"
     qwen = AutoConfig.for_model("qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                                 num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True)
     assert check_fits(AutoModelForCausalLM, qwen, "here", "dynamo", available=22 * 2**30) > 1.5e9

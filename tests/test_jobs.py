@@ -383,3 +383,6 @@ def test_plan_says_before_the_run_when_the_matrix_needs_transformers_and_it_is_n
     assert missing.output.splitlines()[-1].startswith(
         'note: model hf-bert-tiny (model.hf/hf_config) needs transformers: pip install "transformers')
     assert missing.output.splitlines()[-1].endswith('(the [hf] extra); `jobs run` fails their cells here without it')
+    as_json = CliRunner().invoke(app, ["jobs", "plan", matrix, "--format", "json"])
+    assert as_json.exit_code == 0 and len(json.loads(as_json.stdout)) == len(missing.output.splitlines()) - 2  # the cells, and no note
+    assert as_json.stderr.strip() == missing.output.splitlines()[-1], "json says the same, on stderr"

@@ -44,16 +44,17 @@ def plan_command(
     format: Annotated[PlanFormat, typer.Option("--format", "-f", help="Output format.")] = PlanFormat.text,
 ) -> None:
     matrix, cells = _plan(matrix_path)
-    if format is PlanFormat.json:
+    missing = _missing_transformers(matrix)
+    note = f"note: {missing}; `jobs run` fails their cells here without it" if missing else None
+    if format is PlanFormat.json:  # stdout stays the cell list; the note goes to stderr
         emit(json.dumps([{"index": c.index, "id": c.id, "label": c.label, **c.definition()} for c in cells], indent=2) + "\n", None, is_json=True)
+        if note:
+            console.print(note, highlight=False, markup=False, soft_wrap=True)
         return
     groups = sorted({c.gpu for c in cells})
     lines = [f"{matrix.name}: {len(cells)} cell{'s' * (len(cells) != 1)} ({len(groups)} GPU type{'s' * (len(groups) != 1)}: {', '.join(groups)})"]
     lines += [f"{c.index:>4}  {c.id}  {c.label}" for c in cells]
-    missing = _missing_transformers(matrix)
-    if missing:
-        lines.append(f"note: {missing}; `jobs run` fails their cells here without it")
-    emit("\n".join(lines) + "\n", None)
+    emit("\n".join(lines + ([note] if note else [])) + "\n", None)
 
 
 def _missing_transformers(matrix) -> str | None:
