@@ -10,10 +10,19 @@ import json
 import pytest
 from conftest import run_cli
 
+from trt.capability import tensorrt_missing
 from trt.parsers import parse_layer_info, parse_timing
 
 pytestmark = pytest.mark.gpu
 PRECISIONS = ("fp32", "fp16", "int8")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tensorrt_and_gpu():
+    """Each test fails with the one line that says what this machine lacks, not with a build's assertion."""
+    missing = tensorrt_missing()
+    if missing:
+        pytest.fail(f"`pytest -m gpu` needs TensorRT and a GPU: {missing}; run it in our Docker image (docker/gpu-check.sh)", pytrace=False)
 
 
 def build(out, *options):

@@ -337,6 +337,26 @@ def test_an_ort_cuda_cell_on_a_gpu_host_without_onnxruntimes_cuda_provider_is_sk
                                                     f"onnxruntime {onnxruntime.__version__} has no CUDA provider (install onnxruntime-gpu)")
 
 
+def test_an_ort_cpu_cell_on_a_gpu_machine_is_shown_on_its_cpu_not_on_the_gpu_nvml_names(tmp_path):
+    """Seen on a lent H100 (2026-11-27): the gathered report put bert-tiny's ort-cpu latencies under "NVIDIA H100 80GB
+    HBM3", the GPU NVML reported and the cell never used, and grouped their speedups with the GPU's."""
+    from pipeline.jobs.gather import gather, render_md
+
+    nvml = {"gpu_absent": None, "name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "driver": "580.159.04"}  # what it read there
+    host = {"machine": "x86_64", "cpu": "Intel(R) Xeon(R) Processor", "cpus": 16}
+    (tmp_path / "cells").mkdir()
+    for index, (backend, p50) in enumerate((("ort-cpu", 4.63), ("trt", 0.21))):
+        definition = {"model": "bert-tiny", "precision": "fp32", "backend": backend, "shape": {}, "builder": {}, "gpu": "cpu" if backend == "ort-cpu" else "local"}
+        record = {"schema": 1, "id": f"{index}" * 12, "index": index, "label": f"bert-tiny fp32 static {backend}", "definition": definition,
+                  "status": "done", "reason": None, "docker": None, "validity": [], "repeats": [{"p50_ms": p50}],
+                  "provenance": {"host": host, "gpu_before": nvml}, "latency": {"p50_ms": p50, "p90_ms": p50, "cv": 0.02}}
+        (tmp_path / "cells" / f"{record['id']}.json").write_text(json.dumps(record))
+    result = gather([tmp_path])
+    assert {row["backend"]: row["gpu_name"] for row in result["cells"]} == {"ort-cpu": "CPU: Intel(R) Xeon(R) Processor", "trt": "NVIDIA H100 80GB HBM3"}
+    assert result["gpus"] == ["CPU: Intel(R) Xeon(R) Processor", "NVIDIA H100 80GB HBM3"]
+    assert "| ort-cpu | CPU: Intel(R) Xeon(R) Processor | 4.630 |" in render_md(result)
+
+
 def test_the_gathered_page_shows_why_a_cell_is_invalid_and_keeps_headers_on_one_line(tmp_path):
     """The reason a cell is INVALID is on the page, not only in a tooltip; column headers do not wrap ("to run it" took 3 lines);
     the "to run it" column is left out when no cell has a command to run it."""

@@ -38,14 +38,13 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
     d = record["definition"]
     latency = record.get("latency") or {}
     engine = record.get("engine") or {}
-    gpu = ((record.get("provenance") or {}).get("gpu_before") or {})
     repeats = record.get("repeats") or []
     return {
         "id": record["id"], "label": record["label"], "status": record["status"], "reason": record.get("reason"),
         "docker": record.get("docker"), "model": d["model"], "precision": d["precision"], "backend": d["backend"],
         "shape": ",".join(f"{k}={v}" for k, v in d["shape"].items()) or "static",
         "builder": " ".join(f"{k}={v}" for k, v in d["builder"].items()), "gpu": d["gpu"],
-        "gpu_name": gpu.get("name") or ("CPU" if d["backend"] == "ort-cpu" else d["gpu"]),
+        "gpu_name": _device_name(record),
         "p50_ms": latency.get("p50_ms"), "p90_ms": latency.get("p90_ms"), "p99_ms": latency.get("p99_ms"),
         "throughput_per_s": latency.get("throughput_per_s"), "cv": latency.get("cv"),
         "p50_min_ms": min((r["p50_ms"] for r in repeats), default=None), "p50_max_ms": max((r["p50_ms"] for r in repeats), default=None),
@@ -55,6 +54,16 @@ def _row(record: dict[str, Any]) -> dict[str, Any]:
         "engine_report": engine.get("report"),
         "engine_note": None if engine else ("no engine: onnxruntime runs the ONNX model" if d["backend"] != "trt" else None),
     }
+
+
+def _device_name(record: dict[str, Any]) -> str:
+    """What ran the cell: an ort-cpu cell's CPU (on a GPU machine too: its NVML reading names the GPU it did not use),
+    else the GPU NVML named, else the matrix's GPU type."""
+    provenance = record.get("provenance") or {}
+    if record["definition"]["backend"] == "ort-cpu":
+        cpu = (provenance.get("host") or {}).get("cpu")
+        return f"CPU: {cpu}" if cpu else "CPU"
+    return (provenance.get("gpu_before") or {}).get("name") or record["definition"]["gpu"]
 
 
 def _predicted(score: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +202,7 @@ def render_md(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) 
 
     c = result["counts"]
     lines = [f"# Benchmark jobs: {c['done']} done, {c['failed']} failed, {c['skipped']} skipped", "",
-             "| cell | model | precision | shape | backend | GPU | p50 ms | p90 ms | cv | valid | regions | predicted regions / layers | verdict |",
+             "| cell | model | precision | shape | backend | ran on | p50 ms | p90 ms | cv | valid | regions | predicted regions / layers | verdict |",
              "|---|---|---|---|---|---|---:|---:|---:|---|---:|---:|---|"]
     for r in result["cells"]:
         if r["status"] == "done":
@@ -202,7 +211,7 @@ def render_md(result: dict[str, Any], slow: list[dict[str, Any]] | None = None) 
                                                           r["p50_ms"], r["p90_ms"], r["cv"], r["valid"], r["regions"], predicted,
                                                           r["verdict"] or r["engine_note"])) + " |")
     if result["speedups"]:
-        lines += ["", "| model | shape | backend | GPU | A/B | speedup of A over B (p50 of B / p50 of A) |", "|---|---|---|---|---|---:|"]
+        lines += ["", "| model | shape | backend | ran on | A/B | speedup of A over B (p50 of B / p50 of A) |", "|---|---|---|---|---|---:|"]
         lines += ["| " + " | ".join(cell(s[k]) for k in ("model", "shape", "backend", "gpu", "ratio", "speedup")) + " |" for s in result["speedups"]]
     if result["not_run"]:
         lines += ["", "## Not run", ""] + [f"- `{r['id']}` {cell(r['label'])}: {r['status']}, {cell(r['reason'])}"
