@@ -377,3 +377,20 @@ def test_the_docs_name_every_rule():
 
     text = (REPO / "docs" / "predict.md").read_text()
     assert [rule_id for rule_id in sorted(set(RULES) | set(FUSION_RULES)) if f"`{rule_id}`" not in text] == []
+
+
+def test_a_weight_only_model_is_predicted_in_its_float_type_with_its_quantized_weights_named():
+    """ModelOpt's INT4 AWQ model: each MatMul weight an INT4 initializer behind a block DequantizeLinear, no activation
+    quantized. It was predicted a plain FP32 engine; TensorRT keeps those weights in INT4 (weight-only quantization)."""
+    from onnx import TensorProto, helper
+
+    g = Graph()
+    x = tokens(g)
+    g.initializers.append(helper.make_tensor("fc.weight_i4", TensorProto.INT4, (64, 64), g.rng.integers(-8, 8, 64 * 64)))
+    weight = g.op("DequantizeLinear", ["fc.weight_i4", g.init("fc.scale", np.full((1, 64), 0.01, np.float32))], "fc_wDQ", axis=0, block_size=64)
+    prediction = run(g.model(g.op("MatMul", [x, weight], "fc"), opset=21))
+    assert prediction.target.weight_only == ("INT4", 1)
+    assert prediction.verdict.startswith("predicted FP32 engine with INT4 weights (1 GEMM, dequantizing its weight inside its kernel): ")
+    g = Graph()  # activations quantized too: an INT8 engine, not a weight-only one
+    prediction = run(g.model(g.matmul(g.qdq(tokens(g)), "fc", bias=False, quantized=True)))
+    assert prediction.target.weight_only is None and prediction.verdict.startswith("predicted INT8 engine: ")

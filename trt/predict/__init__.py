@@ -63,8 +63,18 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
         plan, reasons = Assembly(g, build(g, rules, trt_major, max_sequence), target).plan(source)
         graph = graph_of_model(g.model, source)
         report = build_report(plan, graph)
-    found = vars(report) | {"verdict": f"predicted {report.verdict}", "findings": _findings(reasons) + report.findings}
+    found = vars(report) | {"verdict": f"predicted {_weights(report.verdict, target)}", "findings": _findings(reasons) + report.findings}
     return Prediction(**found, target=target, reasons=reasons, graph=graph)
+
+
+def _weights(verdict: str, target) -> str:
+    """The verdict with a weight-only model's weights named: "FP32 engine with INT4 weights (72 GEMMs, ...): ..."."""
+    if not target.weight_only:
+        return verdict
+    kind, gemms = target.weight_only
+    head, sep, rest = verdict.partition(" engine: ")
+    gemms_text = f"{gemms} GEMMs, each dequantizing its weight" if gemms != 1 else "1 GEMM, dequantizing its weight"
+    return f"{head} engine with {kind} weights ({gemms_text} inside its kernel): {rest}" if sep else verdict
 
 
 def _findings(reasons: list) -> list[str]:

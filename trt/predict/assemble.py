@@ -27,6 +27,13 @@ class Target:
     typed: bool  # strongly typed: each tensor's precision is the ONNX's
     float_precision: str  # what float layers run in: FP32, FP16, BF16
     quantized: str | None  # INT8 or FP8 when the ONNX has activation Q/DQ
+    weight_only: tuple[str, int] | None = None  # (stored type, GEMMs) of weight-only quantization (INT4 AWQ)
+
+    @property
+    def label(self) -> str:
+        """The engine's precision as the prediction states it: FP32, "FP16 with INT4 weights", INT8, ..."""
+        weights = f" with {self.weight_only[0]} weights" if self.weight_only else ""
+        return self.quantized or f"{self.float_precision}{weights}"
 
 
 def target_of(g: PredictGraph, precision: str, trt_major: int) -> Target:
@@ -34,7 +41,7 @@ def target_of(g: PredictGraph, precision: str, trt_major: int) -> Target:
     floats = g.float_type() if typed else "FP16" if precision in ("fp16", "best", "int8", "fp8") else "FP32"
     if not typed and precision in ("int8", "fp8") and g.quantized_type() is None:
         floats = "FP32"
-    return Target(trt_major, precision, typed, floats, g.quantized_type())
+    return Target(trt_major, precision, typed, floats, g.quantized_type(), g.weight_only())
 
 
 class Assembly:
@@ -56,7 +63,7 @@ class Assembly:
         self._io_reformats()
         self._reasons()
         target = self.target
-        fmt = f"prediction from the ONNX (TensorRT {target.trt_major}.x, {target.quantized or target.float_precision}{', strongly typed' if target.typed else ''})"
+        fmt = f"prediction from the ONNX (TensorRT {target.trt_major}.x, {target.label}{', strongly typed' if target.typed else ''})"
         return EnginePlan(source, fmt, "detailed", self.layers).settle(), self.reasons
 
     # ------------------------------------------------------------ layers
