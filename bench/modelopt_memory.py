@@ -7,13 +7,16 @@ Each step alone in a process, as the stage calls it, on the optimized model a bu
   int8  ModelOpt `quantize(quantize_mode="int8")` with the stage's arguments (its preset's plan), fed its calibration
   int4  ModelOpt `quantize(quantize_mode="int4", awq_clip)`, fed the stage's calibration
 The models, of the two kinds the check tells apart: a BERT-base encoder ("other": its published sizes, random
-weights, batch up to 8, seq 128), and a decoder with its KV cache, bench/sizes.py's direct runs of a
-118M-parameter Qwen2 (bench/results/sizes.json), the same steps (its INT4 run takes half an hour here): read from
-that file, not rerun. The factor: the process's peak RSS over the model's bytes (file and external data). Ratios,
-not absolute figures, are the result.
+weights, batch up to 8, seq 128), and decoders with their KV cache, bench/sizes.py's direct runs of Qwen2 at
+each size of its ladder that ran a step (bench/results/sizes.json; the 118M one's INT4 run takes half an hour here):
+read from that file, not rerun. The factor: the process's peak RSS over the model's bytes (file and external data).
+A factor falls as the model grows (ModelOpt's fixed part is spread over more weights), so the least over the sizes
+measured is the largest size's: the check it sets refuses no model of that size that would fit. Ratios, not
+absolute figures, are the result.
 
 Run: python bench/modelopt_memory.py     -> bench/results/modelopt_memory.json and the table in docs/performance.md
      (about 30 minutes on 2 cores, most of it INT4's AWQ)
+     python bench/modelopt_memory.py --decoders-only     the decoders' rows again after a ladder run, the encoder's kept
 """
 
 from __future__ import annotations
@@ -123,18 +126,25 @@ def encoder_rows(folder: Path) -> dict:
 
 
 def decoder_rows() -> dict:
-    """The 118M-parameter Qwen2's direct steps, as bench/sizes.py recorded them (FP32 weights: parameters x 4 bytes)."""
-    record = json.loads(SIZES.read_text())["sizes"]["0.1b"]
-    model_mb = record["parameters"] * 4 / 2**20
-    peaks = {step: record["stages"][step]["direct"]["peak_rss_mb"] * 1e6 / 2**20 for step in STEPS}  # that file's MB, here MiB
-    steps = {step: {"peak_rss_mb": round(peaks[step], 1), "factor": round(peaks[step] / model_mb, 2)} for step in STEPS}
-    return {"kind": "decoder", "source": "bench/results/sizes.json (0.1b, direct)", "model_mb": round(model_mb, 1), "steps": steps}
+    """The Qwen2 decoders' direct steps, as bench/sizes.py recorded them at each size that ran one (FP32 weights:
+    parameters x 4 bytes); a step the ladder did not run at a size (ModelOpt's INT8 and INT4 past this machine's
+    memory) is left out of that size's row."""
+    rows = {}
+    for size, record in json.loads(SIZES.read_text())["sizes"].items():
+        model_mb = record["parameters"] * 4 / 2**20
+        peaks = {step: record["stages"][step]["direct"]["peak_rss_mb"] * 1e6 / 2**20  # that file's MB, here MiB
+                 for step in STEPS if "peak_rss_mb" in record["stages"].get(step, {}).get("direct", {})}
+        if size != "tiny" and peaks:  # tiny: a few MB of weights, ModelOpt's own footprint is all of its peak
+            rows[f"qwen2-{size}"] = {"kind": "decoder", "source": f"bench/results/sizes.json ({size}, direct)", "model_mb": round(model_mb, 1),
+                                     "steps": {step: {"peak_rss_mb": round(peak, 1), "factor": round(peak / model_mb, 2)} for step, peak in peaks.items()}}
+    return rows
 
 
 def table(results: dict) -> str:
     lines = ["| model | kind | FP32 model GB | AutoCast FP16 | INT8 calibration | INT4 AWQ | measured by |", "|---|---|---|---|---|---|---|"]
     for name, model in results["models"].items():
-        cells = " | ".join(f"{model['steps'][step]['factor']:.1f}x ({model['steps'][step]['peak_rss_mb'] / 1024:.2f} GB)" for step in STEPS)
+        cells = " | ".join(f"{model['steps'][step]['factor']:.1f}x ({model['steps'][step]['peak_rss_mb'] / 1024:.2f} GB)"
+                           if step in model["steps"] else "not run" for step in STEPS)
         lines.append(f"| {name} | {model['kind']} | {model['model_mb'] / 1024:.2f} | {cells} | {model['source']} |")
     return "\n".join(lines) + "\n\nThe check's factor for a kind is the least over its models, rounded down.\n"
 
@@ -146,12 +156,21 @@ def write_docs(results: dict) -> None:
 
 
 def main() -> None:
+    import argparse
     import os
     import platform
 
-    with tempfile.TemporaryDirectory() as tmp:
-        models = {"bert-base": encoder_rows(Path(tmp)), "qwen2-0.1b": decoder_rows()}
-    least = {kind: {step: min(m["steps"][step]["factor"] for m in models.values() if m["kind"] == kind) for step in STEPS}
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--decoders-only", action="store_true",
+                        help="keep the encoder's row from the results file (its run takes half an hour) and read the decoders' again")
+    args = parser.parse_args()
+    if args.decoders_only:
+        encoder = json.loads(RESULTS.read_text())["models"]["bert-base"]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            encoder = encoder_rows(Path(tmp))
+    models = {"bert-base": encoder, **decoder_rows()}
+    least = {kind: {step: min(m["steps"][step]["factor"] for m in models.values() if m["kind"] == kind and step in m["steps"]) for step in STEPS}
              for kind in dict.fromkeys(m["kind"] for m in models.values())}
     results = {"benchmark": __doc__.split("\n\n")[0], "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
                "models": models, "least_factor": least}

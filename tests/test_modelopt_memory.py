@@ -67,6 +67,10 @@ import sys
 import quant
 for factors in quant.MODELOPT_LEAST_PEAK.values():
     factors.update({step: 10**9 for step in factors})  # no machine has room for it (the model is a few kB)
+import quant.accuracy, quant.calibration
+def too_early(*args, **kwargs):  # the stage says it cannot fit before it calibrates or starts its FP32 reference run
+    raise RuntimeError("ran before the room check")
+quant.calibration.calibration_data = quant.calibration.decoder_calibration = quant.accuracy.BackgroundOutputs = too_early
 from pipeline.cli import main
 sys.argv = ["pipeline", *sys.argv[1:]]
 main()

@@ -36,10 +36,12 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
 def run_fp8(job: Job) -> StageResult:
     from pipeline.core.fileio import write_json
     from pipeline.core.onnxfile import atomic_onnx
+    from quant import check_room_for_modelopt
     from quant.lint import findings_json
 
     s = job.settings
     q, source, target, log = s.profile.quant, job.input("optimize", "onnx"), job.out / "model.fp8.onnx", job.out / "fp8.log"
+    check_room_for_modelopt(source, "fp8", "fp8")  # before the calibration and reference runs, not after them
     batches = shared.held_out(s.profile)
     job.status("preparing calibration data")
 

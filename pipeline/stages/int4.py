@@ -31,8 +31,10 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
 
 
 def run_int4(job: Job) -> StageResult:
+    from quant import check_room_for_modelopt
     s = job.settings
     source, target = job.input("optimize", "onnx"), job.out / "model.int4.onnx"
+    check_room_for_modelopt(source, "int4", "int4")  # before the calibration and reference runs, not after them
     job.status(f"quantizing MatMul/Gemm weights to INT4 ({s.profile.quant.int4_method})")
     with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",

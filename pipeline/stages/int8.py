@@ -61,10 +61,12 @@ def held_out_int8(profile: Profile, source: Path, fixed: dict | None = None) -> 
 def run_int8(job: Job) -> StageResult:
     from pipeline.core.fileio import write_json
     from pipeline.core.onnxfile import atomic_onnx
+    from quant import check_room_for_modelopt
     from quant.lint import findings_json
 
     s = job.settings
     q, source, target = s.profile.quant, job.input("optimize", "onnx"), job.out / "model.int8.onnx"
+    check_room_for_modelopt(source, "int8", "int8")  # before the calibration and held-out runs, not after them
     job.status("preparing calibration data")
 
     def step(done: int, total: int) -> None:
