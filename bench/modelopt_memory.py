@@ -165,7 +165,10 @@ def main() -> None:
                         help="keep the encoder's row from the results file (its run takes half an hour) and read the decoders' again")
     args = parser.parse_args()
     if args.decoders_only:
-        encoder = json.loads(RESULTS.read_text())["models"]["bert-base"]
+        recorded = json.loads(RESULTS.read_text()).get("models", {}) if RESULTS.is_file() else {}
+        if "bert-base" not in recorded:
+            raise SystemExit(f"--decoders-only: {RESULTS} has no bert-base row to keep; run without --decoders-only first")
+        encoder = recorded["bert-base"]
     else:
         with tempfile.TemporaryDirectory() as tmp:
             encoder = encoder_rows(Path(tmp))

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.attention import attention_scores
+from pipeline.core.graph import INT4_TYPES
 from pipeline.core.qdq import (
     CONV_OPS,
     FUSED_ATTENTION_HEAD_SIZES,
@@ -28,7 +29,6 @@ from pipeline.core.qdq import (
 )
 from quant.presets import FAMILY_PRESET, PRESETS, model_family
 
-INT4_TYPES = (21, 22)  # onnx.TensorProto.UINT4, INT4
 INT4_CONSUMERS = ("MatMul", "Gemm", "Gather", "Transpose", "Reshape", "Cast")
 
 

@@ -391,6 +391,13 @@ def test_a_weight_only_model_is_predicted_in_its_float_type_with_its_quantized_w
     prediction = run(g.model(g.op("MatMul", [x, weight], "fc"), opset=21))
     assert prediction.target.weight_only == ("INT4", 1)
     assert prediction.verdict.startswith("predicted FP32 engine with INT4 weights (1 GEMM, dequantizing its weight inside its kernel): ")
+    import json
+
+    from trt.parsers.prediction import parse
+    from trt.render import render
+
+    read_back = parse("p.json", json.loads(render(prediction, "json")))  # what `report predicted.json` reads: it says so too
+    assert "a weight-only model: INT4 weights (1 GEMM, dequantizing its weight inside its kernel)" in read_back.notes
     g = Graph()  # activations quantized too: an INT8 engine, not a weight-only one
     prediction = run(g.model(g.matmul(g.qdq(tokens(g)), "fc", bias=False, quantized=True)))
     assert prediction.target.weight_only is None and prediction.verdict.startswith("predicted INT8 engine: ")

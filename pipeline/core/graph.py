@@ -11,6 +11,10 @@ from types import MappingProxyType
 from typing import Any
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+# the types quantized tensors are stored in (onnx.TensorProto numbers): what a Q/DQ's zero point or a quantized weight holds
+INT4_TYPES = (21, 22)  # UINT4, INT4
+FP8_TYPES = (17, 18, 19, 20)  # FLOAT8E4M3FN ... FLOAT8E5M2FNUZ
+QUANTIZED_TYPES = {2: "UINT8", 3: "INT8", **dict.fromkeys(FP8_TYPES, "FP8"), **dict(zip(INT4_TYPES, ("UINT4", "INT4"))), 23: "FP4"}
 SHAPE_OPS = frozenset({"Shape", "Size"})
 # rearrange the elements of one tensor, values unchanged: a DQ commutes through them (TensorRT moves it
 # after them), and ModelOpt's FP8 attention splits a Q/DQ pair by one (Q -> Transpose -> DQ)

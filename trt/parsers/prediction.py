@@ -13,6 +13,12 @@ FORMAT = "predicted engine (python -m pipeline predict)"
 EXPECTED = "the JSON `python -m pipeline predict --format json` writes"
 
 
+def weight_only_phrase(kind: str, gemms: int) -> str:
+    """How a prediction names a weight-only model's weights (its verdict, and the note `report` gives it read back)."""
+    each = f"{gemms} GEMMs, each dequantizing its weight" if gemms != 1 else "1 GEMM, dequantizing its weight"
+    return f"{kind} weights ({each} inside its kernel)"
+
+
 def looks_like(data: Any) -> bool:
     return isinstance(data, dict) and data.get("predicted") is True
 
@@ -30,6 +36,9 @@ def parse(source: str, data: dict[str, Any]) -> EnginePlan:
     target = data.get("target") or {}
     source_format = (data.get("source") or {}).get("format") or f"prediction (TensorRT {target.get('trt_major', '?')}.x)"
     notes = ["a prediction from the ONNX alone, not an engine TensorRT built"]
+    weight_only = target.get("weight_only")
+    if weight_only:
+        notes.append(f"a weight-only model: {weight_only_phrase(*weight_only)}")
     return EnginePlan(source, str(source_format), "detailed", layers, notes=notes).settle()
 
 

@@ -69,12 +69,10 @@ def predict(model, rules: PlacementRules = CNN_RULES, precision: str = "auto", t
 
 def _weights(verdict: str, target) -> str:
     """The verdict with a weight-only model's weights named: "FP32 engine with INT4 weights (72 GEMMs, ...): ..."."""
-    if not target.weight_only:
-        return verdict
-    kind, gemms = target.weight_only
+    from trt.parsers.prediction import weight_only_phrase
+
     head, sep, rest = verdict.partition(" engine: ")
-    gemms_text = f"{gemms} GEMMs, each dequantizing its weight" if gemms != 1 else "1 GEMM, dequantizing its weight"
-    return f"{head} engine with {kind} weights ({gemms_text} inside its kernel): {rest}" if sep else verdict
+    return f"{head} engine with {weight_only_phrase(*target.weight_only)}: {rest}" if target.weight_only and sep else verdict
 
 
 def _findings(reasons: list) -> list[str]:

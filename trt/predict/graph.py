@@ -9,14 +9,11 @@ from functools import cached_property
 from typing import Any
 
 from pipeline.core.attention import attention_scores, tensor_shapes
-from pipeline.core.graph import QDQ_OPS, node_name
+from pipeline.core.graph import FP8_TYPES, QDQ_OPS, QUANTIZED_TYPES, node_name
 from pipeline.core.qdq import QdqGraph
 from trt.predict.rules import ERASED_OPS, GEMM_OPS, RESHAPE_OPS
 
 FLOAT_TYPES = {1: "FP32", 10: "FP16", 16: "BF16", 11: "FP64"}
-FP8_TYPES = (17, 18, 19, 20)  # onnx.TensorProto.FLOAT8E4M3FN ... FLOAT8E5M2FNUZ
-# stored types of quantized weights (onnx.TensorProto): what a weight-only model keeps its GEMM weights in
-WEIGHT_TYPES = {2: "UINT8", 3: "INT8", 17: "FP8", 18: "FP8", 19: "FP8", 20: "FP8", 21: "UINT4", 22: "INT4", 23: "FP4"}
 
 
 @dataclass
@@ -76,9 +73,9 @@ class PredictGraph(QdqGraph):
         dequantizes it inside the GEMM, which computes in the float type of its input."""
         if self.quantized_type() is not None:
             return None
-        stored = {n.output[0]: WEIGHT_TYPES[self.initializers[n.input[0]].data_type] for n in self.nodes
+        stored = {n.output[0]: QUANTIZED_TYPES[self.initializers[n.input[0]].data_type] for n in self.nodes
                   if n.name in self.weight_qdq and n.op_type == "DequantizeLinear" and n.input[0] in self.initializers
-                  and self.initializers[n.input[0]].data_type in WEIGHT_TYPES}
+                  and self.initializers[n.input[0]].data_type in QUANTIZED_TYPES}
         types = [stored[n.input[1]] for n in self.nodes if n.op_type in GEMM_OPS and len(n.input) > 1 and n.input[1] in stored]
         return (max(set(types), key=types.count), len(types)) if types else None
 

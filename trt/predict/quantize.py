@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.core.graph import QDQ_OPS
+from pipeline.core.graph import INT4_TYPES, QDQ_OPS
 from pipeline.core.qdq import FUSED_ATTENTION_HEAD_SIZES, FUSED_ATTENTION_MAX_SEQUENCE, PlacementRules
 from trt.predict.graph import Node, PredictGraph
 from trt.predict.parts import Group, Reason
 from trt.predict.rules import MOVE_OPS
 
 MAX_HOPS = 8  # reshapes and poolings a Q moves back over, DQ readers looked through
-INT4_TYPES = (21, 22)  # onnx.TensorProto.UINT4, INT4
 INT4_READERS = ("MatMul", "Gemm", "Gather", "Transpose", "Reshape", "Cast")  # [EQ] INT4 weights go to GEMMs (and Gather)
 
 
