@@ -101,11 +101,14 @@ else:  # fed what the stage feeds (a decoder's mask must match its cache: random
             model = onnx.load(str(optimized), load_external_data=False)
             plan = plan_preset(resolve_preset(profile.quant.preset, model), model, max_sequence(profile))
             extra = {"op_types_to_quantize": plan.op_types_to_quantize, "disable_mha_qdq": plan.disable_mha_qdq,
+                     "high_precision_dtype": profile.quant.int8_float_dtype,  # ModelOpt's default, fp16, adds a conversion the stage does not run
                      "nodes_to_exclude": [re.escape(n) + "$" for n in plan.nodes_to_exclude] or None}
         else:
             data, batch, _ = calibration(profile, None, optimized)
             feeds, extra = split(data, batch), {"calibration_method": "awq_clip"}
         from modelopt.onnx.quantization import quantize
+        from pipeline.core.onnxfile import external_tensors
+        extra["use_external_data_format"] = bool(external_tensors(onnx.load(str(optimized), load_external_data=False)))  # as the stage
         started = time.perf_counter()
         quantize(onnx_path=str(optimized), quantize_mode=step, calibration_data_reader=calibration_reader(feeds, lambda *_: None),
                  calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(folder / "direct.onnx"), log_level="ERROR", **extra)

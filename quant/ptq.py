@@ -4,6 +4,9 @@ errors as ours; the Q/DQ counts of the result; and its accuracy against the FP32
 Calibration always uses our samples on the CPU provider (never ModelOpt's built-in random data, whose token ids
 can leave the vocabulary and crash Gather) and never `calibrate_per_node` (~600x slower on CPU). ModelOpt rewrites
 the file it is given (shape inference in place) and writes intermediates beside it: it never gets the caller's file.
+A model whose weights are in a data file is quantized with ModelOpt's intermediates in data files too: ModelOpt decides
+from the model's size before it copies each shared weight (a tied embedding: 545 MB on Qwen2.5-0.5B), which took that
+decoder's 1.9 GB past protobuf's 2 GB ("Failed to serialize proto").
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # ModelOpt's tqdm bars
                 if arguments["quantize_mode"] in GEMV_DETECTING_MODES:
                     arguments = small_gemms_excluded_exactly(copy, arguments, bool(external))
-                quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR", **arguments)
+                quantize(onnx_path=str(copy), calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(output), log_level="ERROR",
+                         use_external_data_format=bool(external), **arguments)
         except (*MODELOPT_ERRORS, *onnxruntime_errors()) as err:  # ModelOpt's calibration runs the model on onnxruntime
             raise StageFailed(f"{stage}: ModelOpt cannot quantize {source}: {type(err).__name__}: {run_failure(err)}; "
                              f"{hint + ', or ' if hint else ''}rerun with --debug for ModelOpt's traceback") from err

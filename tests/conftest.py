@@ -13,6 +13,11 @@ from hypothesis import settings
 settings.register_profile("project", database=None, print_blob=True)
 settings.load_profile("project")
 
+# One torch thread per xdist worker (inherited by the CLI runs the tests start): two workers on two cores, each with torch's
+# default of a thread per core, ran the torch-heavy tests 1.4-1.6x slower, their OpenMP threads contending for the cores.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 

@@ -165,3 +165,23 @@ def test_compare_infers_the_types_of_a_model_past_the_limit_without_its_weights(
     monkeypatch.setattr(exposed, "SAVE_EXTERNAL_BYTES", 0)
     assert exposed.tensor_types(model, {"x": np.ones((2, 64), np.float32)}) == whole
     assert len(model.graph.initializer[0].raw_data) == 64 * 64 * 4  # the model itself keeps its weights
+
+
+@pytest.mark.parametrize("external", [True, False])
+def test_modelopt_keeps_its_copies_of_a_model_with_external_data_in_data_files_too(tmp_path, monkeypatch, external):
+    """ModelOpt decides inline or external from the model's size before it copies each shared weight: Qwen2.5-0.5B's tied
+    embedding took its 1.9 GB past protobuf's 2 GB in ModelOpt's GEMV check ("Failed to serialize proto"). A model whose
+    weights are in a data file is given to ModelOpt with its intermediates in data files too; an inline one as before."""
+    import modelopt.onnx.quantization as modelopt_quantization
+
+    from quant.int8 import quantize_int8
+
+    given, real = [], modelopt_quantization.quantize
+    monkeypatch.setattr(modelopt_quantization, "quantize", lambda **kwargs: given.append(kwargs["use_external_data_format"]) or real(**kwargs))
+    source = tmp_path / "user.onnx"
+    onnx.save_model(_mlp(np.random.default_rng(4)), str(source), save_as_external_data=external, size_threshold=0)
+    calibration = {"x": np.random.default_rng(5).standard_normal((16, 64), dtype=np.float32)}
+    result = quantize_int8(source, tmp_path / "int8.onnx", calibration, 2, "gemm-only", "fp32")
+    assert given == [external] and result.qdq_pairs > 0
+    feeds = {"x": calibration["x"][:2]}
+    np.testing.assert_allclose(_outputs(tmp_path / "int8.onnx", feeds)[0], _outputs(source, feeds)[0], atol=0.5)
