@@ -34,22 +34,39 @@ def before_modelopt() -> None:
     without_stray_files()
 
 
-def check_room_for_modelopt(source: Path, step: str, stage: str) -> None:
-    """Fail the stage before ModelOpt's `step` runs on `source` where it cannot fit in the memory available now
-    (MODELOPT_LEAST_PEAK): one line, instead of the kernel killing the whole build part way."""
+def modelopt_need(source: Path, step: str) -> tuple[int, int, str, int]:
+    """(the least memory ModelOpt's `step` took on a model of `source`'s kind, scaled to its bytes; the memory available
+    now, after giving back what earlier work freed; the kind; the model's bytes)."""
     import onnx
 
-    from pipeline.core.errors import StageFailed
     from pipeline.core.generation import PAST_INPUT
-    from pipeline.core.memory import available_bytes, gib
+    from pipeline.core.memory import available_bytes
     from pipeline.core.onnxfile import stored_bytes
+    from pipeline.core.rss import release_freed_memory
 
     model = onnx.load(str(source), load_external_data=False)
     kind = "decoder" if any(PAST_INPUT.fullmatch(value.name) for value in model.graph.input) else "other"
-    weights, available = stored_bytes(source, model), available_bytes()
-    factor = MODELOPT_LEAST_PEAK[kind][step]
-    if factor * weights > available:
-        raise StageFailed(f"{stage}: ModelOpt's {MODELOPT_STEPS[step]} needs at least {gib(factor * weights)} of memory for {source.name} "
-                          f"({factor}x its {gib(weights)}, the least it took on a model of this kind ({kind}) in bench/results/modelopt_memory.json) "
-                          f"and this machine has {gib(available)} available; run this stage on a machine with more memory free "
-                          f"(our Docker image), or leave out --{stage}")
+    weights = stored_bytes(source, model)
+    release_freed_memory()
+    return MODELOPT_LEAST_PEAK[kind][step] * weights, available_bytes(), kind, weights
+
+
+def check_room_for_modelopt(source: Path, step: str, stage: str) -> None:
+    """Fail the stage before ModelOpt's `step` runs on `source` where it cannot fit in the memory available now
+    (MODELOPT_LEAST_PEAK): one line, instead of the kernel killing the whole build part way."""
+    from pipeline.core.errors import StageFailed
+    from pipeline.core.memory import gib
+
+    needed, available, kind, weights = modelopt_need(source, step)
+    if needed > available:
+        raise StageFailed(f"{stage}: ModelOpt's {MODELOPT_STEPS[step]} needs at least {gib(needed)} of memory for {source.name} "
+                          f"({MODELOPT_LEAST_PEAK[kind][step]}x its {gib(weights)}, the least it took on a model of this kind ({kind}) in "
+                          f"bench/results/modelopt_memory.json) and this machine has {gib(available)} available; run this stage on a "
+                          f"machine with more memory free (our Docker image), or leave out --{stage}")
+
+
+def room_for_a_session_beside_modelopt(source: Path, step: str) -> bool:
+    """Whether an onnxruntime session of `source` (counted at twice its bytes: its weights, and the copies of the GEMM
+    weights onnxruntime prepacks) fits beside ModelOpt's `step` in the memory available now."""
+    needed, available, _, weights = modelopt_need(source, step)
+    return needed + 2 * weights <= available

@@ -70,6 +70,10 @@ class BackgroundOutputs:
         self.served += 1
         return outputs
 
+    def finish(self) -> None:
+        """Wait for the run to end, its session closed (its outputs, or its error, stay for `result()`)."""
+        self._thread.join()
+
     def cancel(self) -> None:
         self._stop.terminate = True
         self._thread.join()

@@ -90,3 +90,54 @@ def test_the_precision_stages_fail_before_modelopt_runs_where_it_cannot_fit(tmp_
         assert stages[stage]["reason"].endswith(f"or leave out --{stage}")
     assert stages["optimize"]["status"] == "done"
     assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".") or "fp16" in p.name or "int" in p.name) == []
+
+
+def test_a_session_fits_beside_modelopt_where_twice_the_model_is_left_over(tmp_path, monkeypatch):
+    """The FP32 reference's session is counted at twice the model's bytes (its weights and onnxruntime's prepacked
+    GEMM weights) on top of what the check counts for ModelOpt."""
+    onnx.save(_matmul_model(), str(tmp_path / "m.onnx"))
+    weights = stored_bytes(tmp_path / "m.onnx")
+    needed = quant.MODELOPT_LEAST_PEAK["other"]["int8"] * weights
+    monkeypatch.setattr(memory, "available_bytes", lambda: needed + 2 * weights)
+    assert quant.room_for_a_session_beside_modelopt(tmp_path / "m.onnx", "int8")
+    monkeypatch.setattr(memory, "available_bytes", lambda: needed + 2 * weights - 1)
+    assert not quant.room_for_a_session_beside_modelopt(tmp_path / "m.onnx", "int8")
+
+
+ROOM_FOR_MODELOPT_ONLY = """
+import sys, threading
+import quant
+quant.room_for_a_session_beside_modelopt = lambda source, step: False
+import time
+import quant.accuracy
+run_reference = quant.accuracy.BackgroundOutputs._run
+def slow_reference(self, *args):  # long enough to still be running when ModelOpt starts, if it ran beside it
+    time.sleep(2)
+    run_reference(self, *args)
+quant.accuracy.BackgroundOutputs._run = slow_reference
+import modelopt.onnx.quantization as modelopt_quantization
+from modelopt.onnx import autocast
+def alone(real):
+    def run(*args, **kwargs):  # ModelOpt starts with no FP32 reference run beside it
+        assert not [t for t in threading.enumerate() if t.name == "fp32-reference"], "the FP32 reference runs beside ModelOpt"
+        return real(*args, **kwargs)
+    return run
+modelopt_quantization.quantize = alone(modelopt_quantization.quantize)
+autocast.convert_to_mixed_precision = alone(autocast.convert_to_mixed_precision)
+from pipeline.cli import main
+sys.argv = ["pipeline", *sys.argv[1:]]
+main()
+"""
+
+
+def test_where_the_reference_session_does_not_fit_beside_modelopt_it_runs_first(tmp_path):
+    """A 0.5B decoder's int8 stage: the FP32 reference run beside ModelOpt took the memory the check had counted for
+    ModelOpt, and the check refused ModelOpt (13.9 GiB available, 16.6 needed) where it fits alone. Where the session
+    does not fit beside ModelOpt, it runs to its end first; the stages pass as before."""
+    (tmp_path / "small.toml").write_text(SMALL_MLP_PROFILE.replace("[quant]", '[quant]\nint4_method = "rtn_dq"  # AWQ cannot quantize a Gemm with transB=1'))
+    run = subprocess.run([sys.executable, "-c", ROOM_FOR_MODELOPT_ONLY, "build", "--profile", "small.toml", "--fp16", "--int8", "--int4",
+                          "--until", "int4", "--out", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "COLUMNS": "200"})
+    assert run.returncode == 0, run.stderr
+    stages = {s["name"]: s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["stages"]}
+    assert [stages[name]["status"] for name in ("fp16", "int8", "int4")] == ["done"] * 3

@@ -32,7 +32,7 @@ def run_fp16(job: Job) -> StageResult:
     q, source, target, log = profile.quant, job.input("optimize", "onnx"), job.out / "model.fp16.onnx", job.out / "fp16.log"
     check_room_for_modelopt(source, "autocast", "fp16")  # before the FP32 reference run starts beside it
     batches, checks, feeds = shared.held_out(profile), shared.shape_checks(profile), autocast_feeds(profile)
-    with shared.fp32_reference(job, batches) as reference, atomic_onnx(target) as tmp:
+    with shared.fp32_reference(job, batches, beside="autocast") as reference, atomic_onnx(target) as tmp:
         job.status("converting to FP16 with ModelOpt AutoCast, checking it runs at the profile's min/opt/max shapes")
         started = repair.start_clock("modelopt.onnx.autocast", log)
         result = convert(q, source, tmp, checks, log, feeds)

@@ -48,7 +48,7 @@ def run_fp8(job: Job) -> StageResult:
     def step(done: int, total: int) -> None:
         job.status(f"calibrating FP8 ({q.preset}) {done}/{total}")
 
-    with shared.fp32_reference(job, batches) as reference, atomic_onnx(target) as tmp:
+    with shared.fp32_reference(job, batches, beside="fp8") as reference, atomic_onnx(target) as tmp:
         started = repair.start_clock("modelopt.onnx.quantization", log)
         result, origin = quantize(s.profile, s.calib, source, tmp, reference, log, on_step=step)
         found = repair.repair_gate(

@@ -36,7 +36,7 @@ def run_int4(job: Job) -> StageResult:
     source, target = job.input("optimize", "onnx"), job.out / "model.int4.onnx"
     check_room_for_modelopt(source, "int4", "int4")  # before the calibration and reference runs, not after them
     job.status(f"quantizing MatMul/Gemm weights to INT4 ({s.profile.quant.int4_method})")
-    with shared.fp32_reference(job, shared.held_out(s.profile)) as reference:
+    with shared.fp32_reference(job, shared.held_out(s.profile), beside="int4") as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",
                                   on_step=lambda done, total: job.status(f"AWQ calibration {done}/{total}"))
     return StageResult({"onnx": target, **shared.log_output(job.out / "int4.log")}, result.metrics() | {"calibration": origin})

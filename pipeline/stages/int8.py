@@ -76,7 +76,7 @@ def run_int8(job: Job) -> StageResult:
     fixed = fixed_feeds(job)  # an encoder-decoder's decoder: calibrated and checked on the encoder's real output
     batches, kind = held_out_int8(s.profile, source, fixed)
     log = job.out / "int8.log"
-    with shared.fp32_reference(job, batches, kind) as reference, atomic_onnx(target) as tmp:
+    with shared.fp32_reference(job, batches, kind, beside="int8") as reference, atomic_onnx(target) as tmp:
         started = repair.start_clock("modelopt.onnx.quantization", log)
         result, origin = quantize(s.profile, s.calib, source, tmp, log, on_step=step, fixed=fixed)
         figures = shared.accuracy(tmp, reference, batches, q.accuracy_samples, "INT8", job.status)
