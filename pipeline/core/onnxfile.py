@@ -37,13 +37,20 @@ def ir_weight_bytes(model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 
 
+def proto_bytes(model) -> int:
+    """About the bytes `model` serializes to (its weights and nodes), counted a part at a time: protobuf cannot size a
+    whole message past 2 GB (`ByteSize()` raises EncodeError), which a quantized 0.5B decoder is in memory."""
+    graph = model.graph
+    return sum(tensor.ByteSize() for tensor in graph.initializer) + sum(node.ByteSize() for node in graph.node)
+
+
 def save_onnx(model, path: Path) -> None:
     """Write a ModelProto to `path`. Past the external-data threshold, its weights of 1 KiB or more go to
     `<name>.data` beside it (relative location); `model` is left as it was, weights in memory."""
     import onnx
 
     path, data = Path(path), external_data_file(path)
-    if model.ByteSize() <= external_data_threshold():
+    if proto_bytes(model) <= external_data_threshold():
         onnx.save_model(model, str(path))
         data.unlink(missing_ok=True)  # an earlier model's data, now unused
         return

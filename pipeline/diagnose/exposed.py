@@ -29,9 +29,9 @@ def tensor_types(model, feeds: dict[str, np.ndarray] | None = None) -> dict[str,
     shapes with values propagated. Inference is best effort: onnxruntime has the last word."""
     import onnx
 
-    from pipeline.core.onnxfile import without_weights
+    from pipeline.core.onnxfile import proto_bytes, without_weights
 
-    if model.ByteSize() > SAVE_EXTERNAL_BYTES:  # shape inference serializes the model: not past protobuf's 2 GB
+    if proto_bytes(model) > SAVE_EXTERNAL_BYTES:  # shape inference serializes the model: not past protobuf's 2 GB
         model = without_weights(model)
     elif feeds is not None:  # a copy whose inputs have the feeds' shapes
         model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -54,6 +54,7 @@ class Exposed:
     def __init__(self, path: Path, model, tensors: list[str], types: dict[str, Any], workdir: Path):
         import onnx
 
+        from pipeline.core.onnxfile import proto_bytes
         from pipeline.core.verify import OnnxSession
 
         existing = {o.name for o in model.graph.output}
@@ -61,7 +62,7 @@ class Exposed:
             if tensor not in existing:
                 model.graph.output.append(onnx.helper.make_value_info(tensor, types[tensor]))
         copy = workdir / f"{len(list(workdir.iterdir()))}.{path.stem}.exposed.onnx"
-        onnx.save(model, str(copy), save_as_external_data=model.ByteSize() > SAVE_EXTERNAL_BYTES, location=copy.name + ".data")
+        onnx.save(model, str(copy), save_as_external_data=proto_bytes(model) > SAVE_EXTERNAL_BYTES, location=copy.name + ".data")
         self.path = path
         self.session = OnnxSession(copy, as_written=True, shown_as=path)
         self.inputs, self.outputs = self.session.inputs, self.session.outputs
