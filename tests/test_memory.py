@@ -98,7 +98,7 @@ def test_the_optimize_check_holds_one_session_at_a_time(tmp_path, monkeypatch):
     conv_stack(tmp_path / "a.onnx")
     conv_stack(tmp_path / "b.onnx")
     feeds = [{"x": np.ones((n, 3, 32, 32), np.float32)} for n in (1, 2)]
-    assert verify.differences(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds) == (0.0, 0.0)
+    assert verify.differences(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds)[:2] == (0.0, 0.0)
     assert most[0] == 1
 
 

@@ -171,7 +171,7 @@ def test_the_optimize_check_scales_with_the_outputs_magnitude(tmp_path):
     scaled(tmp_path / "a.onnx", 1000.0)
     scaled(tmp_path / "b.onnx", 1000.0 * (1 + 2e-6))
     feeds = [{"x": np.linspace(0.5, 1.0, 32, dtype=np.float32).reshape(4, 8)}]
-    absolute, relative = differences(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds)
+    absolute, relative, _ = differences(tmp_path / "a.onnx", tmp_path / "b.onnx", feeds)
     assert absolute == pytest.approx(2e-3, rel=0.05) and relative == pytest.approx(2e-6, rel=0.05)
     scaled(tmp_path / "c.onnx", 0.5)
     scaled(tmp_path / "d.onnx", 0.5 + 1e-4)

@@ -4,7 +4,10 @@ One session per model (making one costs several runs of a small model). Accuracy
 which make Q/DQ models several times faster; not the extended level, whose `FastGeluFusion` breaks a valid graph where the
 erf and tanh GELU forms share `x * 0.5` (tests/factories.py `hand_written_block`). Checks of our own rewrites run the graph
 `as_written`: the basic level fuses a written-out LayerNorm into a one-pass-variance kernel, which would hide what a rewrite
-did (and is off by orders of magnitude on rows whose std is tiny against their mean).
+did (and is off by orders of magnitude on rows whose std is tiny against their mean). As written means onnxruntime's basic
+level with every transformer but constant folding turned off: a constant subgraph is computed once with the kernels a run
+would use (exact), not on every run (a decoder's tied embedding transposed for its output head: 0.48 of each 0.50 s
+step at 0.5B parameters, issue 33).
 """
 
 from __future__ import annotations
@@ -16,9 +19,40 @@ import numpy as np
 
 from pipeline.core.errors import CapabilityMissing, InputError, StageFailed, first_line
 
+# onnxruntime 1.24's basic-level graph transformers and rewrite rules but ConstantFolding, by the names its
+# `disabled_optimizers` takes (its library's strings; a name it lacks is ignored): an `as_written` session folds constants
+# and changes nothing else, which tests/test_verify.py holds on the fusions a check must not see
+NOT_CONSTANT_FOLDING = (
+    "CommonSubexpressionElimination", "ConstantSharing", "ReshapeFusion", "FreeDimensionOverrideTransformer", "Pad_Fusion",
+    "LayerNormFusionL1", "SimplifiedLayerNormFusion", "GeluFusionL1", "MatMulAddFusion", "DoubleQDQPairsRemover",
+    "QDQPropagationTransformer", "EnsureUniqueDQForNodeUnit", "CastChainElimination", "RemoveDuplicateCastTransformer",
+    "EliminateIdentity", "EliminateSlice", "UnsqueezeElimination", "EliminateDropout", "ExpandElimination", "CastElimination",
+    "PreShapeNodeElimination", "NoopElimination", "DivMulFusion", "FuseReluClip", "GemmSumFusion", "GemmTransposeFusion",
+    "NotWhereFusion", "ConvAddFusion", "ConvMulFusion", "ConvBNFusion", "ClipQuantFusion", "ReluQuantFusion", "LabelEncoderFusion", "MatMul_BatchNormalization_Fusion",
+    "GatherToSliceFusion", "MatmulTransposeFusion", "TransposeOptimizer",
+)
+
+
+def session_options(as_written: bool, threads: int = 0):
+    """The onnxruntime SessionOptions of an OnnxSession, and the transformers it turns off (module docstring)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # errors are raised to us, and said in our one line
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    # no arena: a session keeps its largest run's buffers in it (its memory pattern, even with arena shrinkage), so
+    # the FP16 stage's FP32 and FP16 sessions held EfficientNet's 600x600 batch-16 runs together (killed at 23.7
+    # GB). bench/results/session_memory.json: with the arena 2.6x a run's estimate stays held after it, without
+    # none; the runs take 1.4x as long without it (a Conv stack at 600x600), the price of the checks' memory
+    options.enable_cpu_mem_arena = False
+    if threads:
+        options.intra_op_num_threads = threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options, list(NOT_CONSTANT_FOLDING) if as_written else None
+
 
 class OnnxSession:
-    """One onnxruntime session for an ONNX file on `provider`. `as_written`: no graph optimizations (module docstring);
+    """One onnxruntime session for an ONNX file on `provider`. `as_written`: no graph optimization but constant folding (module docstring);
     `threads`: a cap on its compute threads, without spinning (the other cores stay free); `shown_as`: the file errors
     name where this one is a working copy of it."""
 
@@ -26,21 +60,10 @@ class OnnxSession:
                  provider: str = "CPUExecutionProvider"):
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 4  # errors are raised to us, and said in our one line
-        level = ort.GraphOptimizationLevel
-        options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written else level.ORT_ENABLE_BASIC
-        # no arena: a session keeps its largest run's buffers in it (its memory pattern, even with arena shrinkage), so
-        # the FP16 stage's FP32 and FP16 sessions held EfficientNet's 600x600 batch-16 runs together (killed at 23.7
-        # GB). bench/results/session_memory.json: with the arena 2.6x a run's estimate stays held after it, without
-        # none; the runs take 1.4x as long without it (a Conv stack at 600x600), the price of the checks' memory
-        options.enable_cpu_mem_arena = False
-        if threads:
-            options.intra_op_num_threads = threads
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options, disabled = session_options(as_written, threads)
         self.path, self.provider = Path(shown_as or path), provider
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=[provider])
+            self.session = ort.InferenceSession(str(path), options, providers=[provider], disabled_optimizers=disabled)
         except Exception as err:  # onnxruntime raises its own untyped errors
             message = first_line(err).replace(str(path), str(self.path))
             if provider != "CPUExecutionProvider" and "NOT_IMPLEMENTED" in message:  # it fell back to the CPU, or has no such kernel
@@ -115,10 +138,11 @@ def _outputs(path: Path, feed_sets: list[dict[str, np.ndarray]]) -> list[list[np
     return [session.run(feeds) for feeds in feed_sets]
 
 
-def differences(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> tuple[float, float]:
-    """(max |reference - candidate|, the same relative to each output's largest magnitude above 1) over all outputs and feeds.
-    One session at a time (the reference's outputs kept, its session gone before the candidate's is made): two at once
-    held the weights twice, the optimize stage's peak (bert-base: 5.2x the model's bytes)."""
+def differences(reference: Path, candidate: Path, feed_sets: list[dict[str, np.ndarray]]) -> tuple[float, float, OnnxSession]:
+    """(max |reference - candidate|, the same relative to each output's largest magnitude above 1) over all outputs and feeds,
+    and the candidate's session, for the caller's further checks. One session at a time (the reference's outputs kept, its
+    session gone before the candidate's is made): two at once held the weights twice, the optimize stage's peak (bert-base:
+    5.2x the model's bytes)."""
     expected = _outputs(reference, feed_sets)
     session = OnnxSession(candidate, as_written=True)
     worst = scaled = 0.0
@@ -131,4 +155,4 @@ def differences(reference: Path, candidate: Path, feed_sets: list[dict[str, np.n
                 worst, scaled = max(worst, diff), max(scaled, diff / max(1.0, magnitude))
         except ValueError as err:
             raise InputError(f"{candidate}: outputs do not match {reference} ({err})") from err
-    return worst, scaled
+    return worst, scaled, session

@@ -21,14 +21,15 @@ def run_optimize(job: Job) -> StageResult:
         job.status("applying rewrite rules")
         result = optimize_file(source, tmp, settings.rules, settings.skip_rules)
         job.status("comparing with the input model on onnxruntime (CPU)")
-        diff, scaled = differences(source, tmp, feed_sets)
+        diff, scaled, session = differences(source, tmp, feed_sets)
         if not scaled <= settings.tolerance:
             scaled_text = f" ({scaled:.3g} divided by the output's largest magnitude)" if diff > scaled else ""
             raise StageFailed(
                 f"optimize: the optimized model differs from its input by max_abs_diff={diff:.3g}{scaled_text} > {settings.tolerance:g}; "
                 f"last rules applied: {', '.join(result.last_rules()) or 'none'}; skip them with [optimize] skip_rules in the profile"
             )
-        generation = generation_figures(job, tmp, "optimize")
+        generation = generation_figures(job, session, "optimize")  # the same session: one load of the weights, not two
+        del session
     metrics = {
         "nodes_before": result.nodes_before,
         "nodes_after": result.nodes_after,
