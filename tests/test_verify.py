@@ -60,6 +60,11 @@ def _as_onnxruntime_runs_it(path, tmp_path):
     return onnx.load(str(tmp_path / "as_run.onnx"))
 
 
+def test_a_session_run_once_or_twice_is_not_even_folded():
+    options, disabled = session_options(as_written=True, fold_constants=False)
+    assert options.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL and disabled is None
+
+
 def test_a_check_session_folds_the_constant_transpose_and_changes_no_other_node(tmp_path):
     path = fusable(tmp_path / "m.onnx")
     written = {node.name: node.op_type for node in onnx.load(str(path)).graph.node}
@@ -75,7 +80,8 @@ def test_a_check_session_computes_what_the_unoptimized_graph_computes_exactly(tm
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     unoptimized = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)
-    checked = OnnxSession(path, as_written=True).run(feeds)
-    assert all(np.array_equal(a, b) for a, b in zip(unoptimized, checked, strict=True))
+    for fold_constants in (True, False):  # False: a session run once or twice, no transformer at all
+        checked = OnnxSession(path, as_written=True, fold_constants=fold_constants).run(feeds)
+        assert all(np.array_equal(a, b) for a, b in zip(unoptimized, checked, strict=True))
     basic = OnnxSession(path).run(feeds)  # the accuracy checks' level fuses Pad(0) into the -inf-padded MaxPool
     assert not np.array_equal(basic[1], unoptimized[1])

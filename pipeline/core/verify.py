@@ -6,8 +6,10 @@ erf and tanh GELU forms share `x * 0.5` (tests/factories.py `hand_written_block`
 `as_written`: the basic level fuses a written-out LayerNorm into a one-pass-variance kernel, which would hide what a rewrite
 did (and is off by orders of magnitude on rows whose std is tiny against their mean). As written means onnxruntime's basic
 level with every transformer but constant folding turned off: a constant subgraph is computed once with the kernels a run
-would use (exact), not on every run (a decoder's tied embedding transposed for its output head: 0.48 of each 0.50 s
-step at 0.5B parameters, issue 33).
+would use, not on every run (a decoder's tied embedding transposed for its output head: 0.48 of each 0.50 s step at 0.5B
+parameters, issue 33). A MatMul whose weight the folding made constant may take onnxruntime's prepacked kernel, which rounds
+differently (float32 rounding, ~1e-5 on a 0.5B decoder's logits). A session run once or twice skips the folding too
+(`fold_constants=False`): computing the 0.5B decoder's folded transpose costs more than two runs of it.
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ NOT_CONSTANT_FOLDING = (
 )
 
 
-def session_options(as_written: bool, threads: int = 0):
+def session_options(as_written: bool, threads: int = 0, fold_constants: bool = True):
     """The onnxruntime SessionOptions of an OnnxSession, and the transformers it turns off (module docstring)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # errors are raised to us, and said in our one line
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    level = ort.GraphOptimizationLevel
+    options.graph_optimization_level = level.ORT_DISABLE_ALL if as_written and not fold_constants else level.ORT_ENABLE_BASIC
     # no arena: a session keeps its largest run's buffers in it (its memory pattern, even with arena shrinkage), so
     # the FP16 stage's FP32 and FP16 sessions held EfficientNet's 600x600 batch-16 runs together (killed at 23.7
     # GB). bench/results/session_memory.json: with the arena 2.6x a run's estimate stays held after it, without
@@ -48,19 +51,19 @@ def session_options(as_written: bool, threads: int = 0):
     if threads:
         options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options, list(NOT_CONSTANT_FOLDING) if as_written else None
+    return options, list(NOT_CONSTANT_FOLDING) if as_written and fold_constants else None
 
 
 class OnnxSession:
-    """One onnxruntime session for an ONNX file on `provider`. `as_written`: no graph optimization but constant folding (module docstring);
-    `threads`: a cap on its compute threads, without spinning (the other cores stay free); `shown_as`: the file errors
-    name where this one is a working copy of it."""
+    """One onnxruntime session for an ONNX file on `provider`. `as_written`: no graph optimization but constant folding,
+    and none at all without `fold_constants` (module docstring); `threads`: a cap on its compute threads, without
+    spinning (the other cores stay free); `shown_as`: the file errors name where this one is a working copy of it."""
 
-    def __init__(self, path: Path, as_written: bool = False, threads: int = 0, shown_as: Path | None = None,
+    def __init__(self, path: Path, as_written: bool = False, threads: int = 0, shown_as: Path | None = None, fold_constants: bool = True,
                  provider: str = "CPUExecutionProvider"):
         import onnxruntime as ort
 
-        options, disabled = session_options(as_written, threads)
+        options, disabled = session_options(as_written, threads, fold_constants)
         self.path, self.provider = Path(shown_as or path), provider
         try:
             self.session = ort.InferenceSession(str(path), options, providers=[provider], disabled_optimizers=disabled)
@@ -100,7 +103,7 @@ class OnnxSession:
 
 def run_onnx(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """One run of an ONNX file as written (a session for one feed: use OnnxSession to run several)."""
-    return OnnxSession(path, as_written=True).run(feeds)
+    return OnnxSession(path, as_written=True, fold_constants=False).run(feeds)
 
 
 def max_abs_diff(expected: list[np.ndarray], actual: list[np.ndarray]) -> float:
@@ -134,7 +137,7 @@ def run_failure(err: Exception) -> str:
 
 
 def _outputs(path: Path, feed_sets: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
-    session = OnnxSession(path, as_written=True)
+    session = OnnxSession(path, as_written=True, fold_constants=False)  # a run or two: folding would cost more
     return [session.run(feeds) for feeds in feed_sets]
 
 
