@@ -85,3 +85,33 @@ def test_a_check_session_computes_what_the_unoptimized_graph_computes_exactly(tm
         assert all(np.array_equal(a, b) for a, b in zip(unoptimized, checked, strict=True))
     basic = OnnxSession(path).run(feeds)  # the accuracy checks' level fuses Pad(0) into the -inf-padded MaxPool
     assert not np.array_equal(basic[1], unoptimized[1])
+
+
+def weight_quantized(path):
+    """x -> Q -> DQ -> MatMul with an INT8 weight behind its DequantizeLinear, as ModelOpt writes a quantized GEMM."""
+    rng = np.random.default_rng(2)
+    weight = numpy_helper.from_array(rng.integers(-127, 128, (8, 4)).astype(np.int8), "w_int8")
+    scales = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in {"w_scale": 0.02, "x_scale": 0.05}.items()]
+    zero = numpy_helper.from_array(np.array(0, np.int8), "zero")
+    n = helper.make_node
+    nodes = [n("QuantizeLinear", ["x", "x_scale", "zero"], ["xq"], name="q_x"), n("DequantizeLinear", ["xq", "x_scale", "zero"], ["xd"], name="dq_x"),
+             n("DequantizeLinear", ["w_int8", "w_scale", "zero"], ["w"], name="dq_w"), n("MatMul", ["xd", "w"], ["y"], name="gemm")]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [weight, zero, *scales])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), str(path))
+    return path
+
+
+def test_an_accuracy_session_dequantizes_the_weights_once_and_computes_what_the_graph_computes(tmp_path):
+    """Issue 33: onnxruntime's default keeps a constant weight's DequantizeLinear, so the CPU dequantized every weight
+    on every run of a Q/DQ model's checks; the activation's Q/DQ stays (it is what the check measures)."""
+    path = weight_quantized(tmp_path / "q.onnx")
+    options, disabled = session_options(as_written=False)
+    options.optimized_model_filepath = str(tmp_path / "as_run.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
+    assert [node.name for node in onnx.load(str(tmp_path / "as_run.onnx")).graph.node] == ["q_x", "dq_x", "gemm"]
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)}
+    unoptimized = ort.SessionOptions()
+    unoptimized.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    expected = ort.InferenceSession(str(path), unoptimized, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(OnnxSession(path).run(feeds)[0], expected)

@@ -1,7 +1,9 @@
 """Numerical checks on onnxruntime's CPU provider (imported lazily; BF16 models, with no CPU kernels, on its CUDA one).
 
 One session per model (making one costs several runs of a small model). Accuracy checks run the basic graph optimizations,
-which make Q/DQ models several times faster; not the extended level, whose `FastGeluFusion` breaks a valid graph where the
+which make Q/DQ models several times faster, with the DequantizeLinear of each constant weight folded too (onnxruntime's
+`session.disable_quant_qdq`: by default it keeps them for the providers that fuse Q/DQ, and the CPU then dequantized every
+weight on every run, 23 s of a 0.5B decoder's INT8 generation check); not the extended level, whose `FastGeluFusion` breaks a valid graph where the
 erf and tanh GELU forms share `x * 0.5` (tests/factories.py `hand_written_block`). Checks of our own rewrites run the graph
 `as_written`: the basic level fuses a written-out LayerNorm into a one-pass-variance kernel, which would hide what a rewrite
 did (and is off by orders of magnitude on rows whose std is tiny against their mean). As written means onnxruntime's basic
@@ -48,6 +50,7 @@ def session_options(as_written: bool, threads: int = 0, fold_constants: bool = T
     # GB). bench/results/session_memory.json: with the arena 2.6x a run's estimate stays held after it, without
     # none; the runs take 1.4x as long without it (a Conv stack at 600x600), the price of the checks' memory
     options.enable_cpu_mem_arena = False
+    options.add_session_config_entry("session.disable_quant_qdq", "1")  # constant folding folds weights' DequantizeLinear
     if threads:
         options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
