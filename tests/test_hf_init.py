@@ -298,13 +298,14 @@ def sweep_module():
 
 
 def test_the_sweep_sample_inits_and_exports(tmp_path):
-    """CI's sample of the sweep: init and build --until export as a user runs them; no internal error."""
+    """CI's sample of the sweep: init and build --until export as a user runs them; no internal error. One decoder
+    (its cache derived), the encoders' init and export having tests of their own (CI's time)."""
     results = tmp_path / "sweep.json"
-    run = subprocess.run([sys.executable, str(REPO / "bench" / "hf_sweep.py"), "--types", "gptj,xlm-roberta", "--until", "export",
+    run = subprocess.run([sys.executable, str(REPO / "bench" / "hf_sweep.py"), "--types", "gptj", "--until", "export",
                           "--results", str(results)], cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 0, run.stderr
     runs = json.loads(results.read_text())["runs"]
-    assert sorted(runs) == ["gptj", "xlm-roberta"]
+    assert sorted(runs) == ["gptj"]
     for model_type, record in runs.items():
         assert record["init"]["status"] == "ok", (model_type, record["init"]["line"])
         assert record["build"]["status"] == "ok" and record["build"]["stages"]["export"]["status"] == "done", (model_type, record["build"])
