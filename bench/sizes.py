@@ -1,6 +1,7 @@
 """The size ladder: one decoder family (Qwen2, random weights from its published configs) at four sizes
-through `build --fp16 --int8 --int4 --until int4`, each stage's seconds and peak RSS beside the same step
-done by the library called directly, in the same run, at the same size:
+through the stages of `build --fp16 --int8 --int4`, each stage's seconds and peak RSS beside the same step
+done by the library called directly, right after it (each stage is built with `--until` it, the stages before
+it cached), at the same size:
 
 | stage    | the library called directly                                                        |
 |----------|------------------------------------------------------------------------------------|
@@ -42,6 +43,7 @@ PLOT = REPO / "bench" / "results" / "sizes.png"
 DOCS = REPO / "docs" / "performance.md"
 TABLE_START, TABLE_END = "<!-- sizes table start -->", "<!-- sizes table end -->"
 STAGES = ("export", "optimize", "fp16", "int8", "int4")
+PRECISIONS = STAGES[2:]
 
 QWEN2 = dict(model_type="qwen2", vocab_size=151936, tie_word_embeddings=True, max_position_embeddings=32768, rope_theta=1000000.0)
 SIZES = {  # Qwen2.5's published configs (0.5B, 1.5B); tiny and 0.1b scaled down in the same shape
@@ -59,7 +61,17 @@ from pathlib import Path
 step, folder = sys.argv[1], Path(sys.argv[2])
 manifest = json.loads((folder / "out" / "manifest.json").read_text())
 outputs = {r["name"]: r.get("outputs", {}) for r in manifest["stages"]}
-exported, optimized = folder / "out" / outputs["export"]["onnx"], folder / "out" / outputs["optimize"]["onnx"]
+exported = folder / "out" / outputs["export"]["onnx"]
+if step not in ("export", "optimize"):  # ModelOpt's INT8 call rewrites the model it is given: the build's stays the build's
+    import shutil
+    given = folder / "out" / outputs["optimize"]["onnx"]
+    copy = folder / "direct_input"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir()
+    for part in (given, given.with_name(given.name + ".data")):
+        if part.is_file():
+            shutil.copy2(part, copy / part.name)
+    optimized = copy / given.name
 if step == "export":  # the model is built inside the clock, as in the stage's seconds
     import torch, transformers
     from pipeline.core.profiles import load_profile
@@ -136,30 +148,36 @@ def parameters(size: str) -> int:
 
 
 def run_size(size: str, folder: Path, until: str = STAGES[-1]) -> dict:
-    """The build's stages up to `until` and each direct step, at one size."""
+    """The build's stages up to `until` and each direct step, at one size: each stage built (`--until` it, the stages
+    before it cached) and its direct step run right after it, so a drift of the shared host's speed falls on both
+    sides of a ratio alike (all of ours, then all direct calls, put 25 minutes between the two sides at 0.5B)."""
     (folder / "p.toml").write_text(profile_text(size))
-    command = [sys.executable, "-m", "pipeline", "build", "--profile", str(folder / "p.toml"), "--fp16", "--int8", "--int4",
-               "--until", until, "--out", str(folder / "out")]
     started, load_before = time.perf_counter(), os.getloadavg()[0]
-    build = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    print(build.stdout, build.stderr, sep="", flush=True)
-    record = {"parameters": parameters(size), "config": SIZES[size], "build_rc": build.returncode,
-              "build_seconds": round(time.perf_counter() - started, 1), "stages": {}}
-    manifest = json.loads((folder / "out" / "manifest.json").read_text()) if (folder / "out" / "manifest.json").is_file() else {"stages": []}
-    for stage in manifest["stages"]:
-        if stage["name"] in STAGES:
-            record["stages"][stage["name"]] = {"status": stage["status"], "seconds": stage["seconds"], "peak_rss_mb": stage.get("peak_rss_mb"),
-                                               "reason": stage.get("reason", "")[:300]}
-    if until != STAGES[-1]:
-        record["until"] = until  # the stages after it were not asked for (a machine with too little memory for ModelOpt's)
+    record = {"parameters": parameters(size), "config": SIZES[size], "stages": {}}
     for step in STAGES[: STAGES.index(until) + 1]:
+        precision = [f"--{step}"] if step in PRECISIONS else []  # only its own: a failed one is not rerun by the next build
+        command = [sys.executable, "-m", "pipeline", "build", "--profile", str(folder / "p.toml"), *precision, "--until", step,
+                   "--out", str(folder / "out")]
+        build = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+        print(build.stdout, build.stderr, sep="", flush=True)
+        record["build_rc"] = build.returncode
+        manifest = folder / "out" / "manifest.json"
+        stages = {r["name"]: r for r in json.loads(manifest.read_text())["stages"]} if manifest.is_file() else {}
+        if step not in stages:
+            break  # the build stopped before it (its error is in the output above)
+        stage = stages[step]
+        record["stages"][step] = {"status": stage["status"], "seconds": stage["seconds"], "peak_rss_mb": stage.get("peak_rss_mb"),
+                                  "reason": stage.get("reason", "")[:300]}
         if record["stages"].get("optimize", {}).get("status") != "done" and step != "export":
             break
         direct = subprocess.run([sys.executable, "-c", DIRECT, step, str(folder)], cwd=REPO, capture_output=True, text=True)
         lines = direct.stdout.strip().splitlines()
         result = json.loads(lines[-1]) if direct.returncode == 0 and lines else {"error": (direct.stderr.strip().splitlines() or ["?"])[-1][:300]}
-        record["stages"].setdefault(step, {})["direct"] = result
+        record["stages"][step]["direct"] = result
         print(size, step, record["stages"][step], flush=True)
+    record["run_seconds"] = round(time.perf_counter() - started, 1)  # the builds and the direct steps
+    if until != STAGES[-1]:
+        record["until"] = until  # the stages after it were not asked for (a machine with too little memory for ModelOpt's)
     record["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]  # a shared machine: what else ran beside
     record["cpus"] = os.cpu_count()
     return record
