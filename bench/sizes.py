@@ -109,7 +109,7 @@ else:  # fed what the stage feeds (a decoder's mask must match its cache: random
         from pipeline.stages.shared import calibration, max_sequence
         from quant.presets import plan_preset, resolve_preset
         if step == "int8":
-            feeds = decoder_calibration(profile, optimized, profile.quant.samples)[0]
+            feeds = decoder_calibration(profile, optimized, profile.quant.samples).feeds
             model = onnx.load(str(optimized), load_external_data=False)
             plan = plan_preset(resolve_preset(profile.quant.preset, model), model, max_sequence(profile))
             extra = {"op_types_to_quantize": plan.op_types_to_quantize, "disable_mha_qdq": plan.disable_mha_qdq,

@@ -6,6 +6,7 @@ against the model's inputs (pipeline/core/samples.py `load_npz`); `{input name: 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from pipeline.core.profiles import Profile
 from pipeline.core.samples import batch_axes, load_npz, model_inputs, synthetic
 from pipeline.core.seeds import CALIBRATION_SEED
+from pipeline.core.verify import OnnxSession
 
 
 def calibration_reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[int, int], None]):
@@ -42,21 +44,32 @@ def calibration_reader(feeds: list[dict[str, np.ndarray]], on_step: Callable[[in
 DECODE_STEPS = 3  # decode steps after each calibration prompt's prefill
 
 
+@dataclass(frozen=True)
+class DecoderSteps:
+    """`decoder_calibration`'s feeds, where they came from, and, when asked for, the FP32 model's outputs of each feed
+    (flattened in its output order, as quant.accuracy.model_outputs gives them): a held-out check's reference, run once."""
+
+    feeds: list[dict[str, np.ndarray]]
+    origin: str
+    outputs: list[np.ndarray] | None = None
+
+
 def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: int = CALIBRATION_SEED,
-                        fixed: dict[str, np.ndarray] | None = None) -> tuple[list[dict[str, np.ndarray]], str]:
+                        fixed: dict[str, np.ndarray] | None = None, session: OnnxSession | None = None,
+                        keep_outputs: bool = False) -> DecoderSteps:
     """`samples` feeds of a decoder with its KV cache, as it is fed when deployed: each random prompt (opt
     batch x opt seq tokens) is a prefill on an empty cache, then DECODE_STEPS greedy tokens, one at a
-    time, on the cache the FP32 model (`onnx_path`) wrote. Random `past_key_values` are no stand-in:
+    time, on the cache the FP32 model (`onnx_path`, run by `session` if given) wrote. Random `past_key_values` are no stand-in:
     their scale is not the model's, and INT8 scales calibrated on them round a real cache's keys and
     values, and the attention output, to zero (greedy tokens then agree with FP32 on 0-6%). `fixed`: inputs
     fed at every step, an encoder-decoder's real encoder outputs (cross-attention caches) and mask, their rows repeated to
-    the batch, not random ones."""
+    the batch, not random ones. `keep_outputs`: keep the FP32 outputs of each feed (DecoderSteps.outputs)."""
     import onnx
 
     from pipeline.core.generation import embedding_head, greedy
-    from pipeline.core.verify import OnnxSession
+    from quant.accuracy import flatten
 
-    session = OnnxSession(onnx_path)
+    session = session if session is not None else OnnxSession(onnx_path)
     head = None if "logits" in session.outputs else embedding_head(onnx.load(str(onnx_path)))
     ids_spec = next(s for s in profile.inputs if s.name == "input_ids")
     low, high = ids_spec.range if ids_spec.range is not None else (0, 2)
@@ -65,12 +78,15 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     rng = np.random.default_rng(seed)
     rows = {name: array[np.arange(batch) % len(array)] for name, array in (fixed or {}).items()}
     feeds: list[dict[str, np.ndarray]] = []
+    kept: list[list[np.ndarray]] = []
 
     def recorded(step: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds.append(dict(step))
         outputs = session.run_named(step)
+        if keep_outputs:
+            kept.append(list(outputs.values()))
         if "logits" in outputs and outputs["logits"].shape[-1] > high:  # scores over more than the tokens it takes (HiggsAudio's
-            outputs["logits"] = outputs["logits"][..., : int(high)]  # 8192 audio codebook entries, 1000 text tokens): picked among those
+            outputs = {**outputs, "logits": outputs["logits"][..., : int(high)]}  # 8192 audio codebook entries, 1000 text tokens): picked among those
         return outputs
 
     prompts = 0
@@ -79,8 +95,9 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
                fixed=rows)
         prompts += 1
     encoder = f", on the encoder output of the export's generation check ({len(rows)} inputs fed at every step)" if rows else ""
-    return feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) of {batch} rows as the decoder is fed: the prefill of {prompts} random "
-                             f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote{encoder}")
+    return DecoderSteps(feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) of {batch} rows as the decoder is fed: the prefill of {prompts} random "
+                                          f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote{encoder}"),
+                        flatten(kept[:samples]) if keep_outputs else None)
 
 
 def fed_as_decoder(profile: Profile, onnx_path: Path) -> bool:

@@ -80,3 +80,23 @@ def test_outputs_past_the_budget_are_checked_batch_by_batch_with_the_same_figure
     assert over.result() is None and over.served == 2
     assert stepped == pytest.approx(whole_figures, rel=1e-9) and 0 < stepped["max_abs_diff"] < 0.02
     assert figures.checked(tmp_path / "fp16.onnx", batches, None, tmp_path / "fp32.onnx", 20) == pytest.approx(whole_figures, rel=1e-9)
+
+
+def test_known_outputs_are_the_reference_with_nothing_run_and_past_the_budget_are_checked_batch_by_batch(tmp_path, monkeypatch):
+    """A decoder's held-out steps hand their FP32 outputs over: the check reads them as it reads a run's, cancelling
+    starts nothing, and outputs past the budget make the check run both models batch by batch, as a run's would."""
+    scale_model(tmp_path / "fp32.onnx", 2.0)
+    scale_model(tmp_path / "fp16.onnx", 2.001)
+    rng = np.random.default_rng(4)
+    batches = [{"x": rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(3)]
+    ran = figures.BackgroundOutputs(tmp_path / "fp32.onnx", batches)
+    expected = figures.checked(tmp_path / "fp16.onnx", batches, ran, tmp_path / "fp32.onnx", 12)
+    outputs = figures.flatten([[2.0 * b["x"]] for b in batches])
+    known = figures.BackgroundOutputs(tmp_path / "missing.onnx", batches, (outputs, 1.5))  # nothing may read the model
+    assert figures.checked(tmp_path / "fp16.onnx", batches, known, tmp_path / "fp32.onnx", 12) == pytest.approx(expected, rel=1e-9)
+    assert known.seconds == 1.5 and known.served == 1 and not known._thread.is_alive()
+    known.cancel()
+    monkeypatch.setattr(figures, "OUTPUT_BUDGET", 300)
+    over = figures.BackgroundOutputs(tmp_path / "missing.onnx", batches, (outputs, 1.5))
+    assert over.result() is None
+    assert figures.checked(tmp_path / "fp16.onnx", batches, over, tmp_path / "fp32.onnx", 12) == pytest.approx(expected, rel=1e-9)

@@ -4,11 +4,14 @@ the with-past export (Optimum's layout), `cache = "none"`, the generation check,
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
 import pytest
-from conftest import run_cli, write_profile
+from conftest import REPO, TESTS, run_cli, write_profile
 
 from pipeline.core.errors import ProfileError, StageFailed
 from pipeline.core.generation import Generation, compare, require_exact
@@ -351,3 +354,62 @@ def test_a_decoder_whose_logits_are_not_over_its_input_tokens_builds_without_the
     assert "generation" not in stages["export"]["outputs"] and not (tmp_path / "out" / "model.generation.npz").exists()
     assert stages["int8"]["status"] == "done" and "generation" not in stages["int8"]["metrics"]
     assert "generation check skipped: its logits score 8192 classes" in built.stdout
+
+
+def test_int8_samples_of_a_decoder_run_its_fp32_model_once_and_keep_the_held_out_outputs_as_the_reference(llama_export, monkeypatch):
+    """The held-out decode steps run the FP32 model on exactly the feeds the accuracy check needs its outputs of: those
+    outputs are the reference (no second run beside ModelOpt), and one session makes both the held-out and the calibration
+    steps; the calibration is the one `quantize --int8` makes alone."""
+    import pipeline.core.verify as verify
+    from pipeline.models.decoder import apply_derived
+    from pipeline.stages.int8 import calibration_of, int8_samples
+    from quant.accuracy import flatten
+
+    profile, result, source = llama_export
+    profile = apply_derived(profile, result.derived)
+    opened, original = [], verify.OnnxSession.__init__
+
+    def counted(self, path, *args, **kwargs):
+        opened.append(path)
+        original(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(verify.OnnxSession, "__init__", counted)
+    samples = int8_samples(profile, None, source)
+    assert opened == [source] and samples.kind == "decoder steps" and len(samples.held_out) == profile.quant.accuracy_samples
+    monkeypatch.setattr(verify.OnnxSession, "__init__", original)
+    session = verify.OnnxSession(source)
+    outputs, seconds = samples.reference
+    expected = flatten([session.run(feeds) for feeds in samples.held_out])
+    assert seconds > 0 and len(outputs) == len(expected) and all(np.array_equal(a, b) for a, b in zip(outputs, expected, strict=True))
+    alone, origin = calibration_of(profile, None, source)
+    assert origin == samples.calibration[1] and len(alone) == len(samples.calibration[0]) == profile.quant.samples
+    assert all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(alone, samples.calibration[0], strict=True))
+
+
+COUNTING_SESSIONS = """
+import sys
+from pathlib import Path
+import pipeline.core.verify as verify
+original, log = verify.OnnxSession.__init__, open(sys.argv.pop(1), "a")
+def counted(self, path, *args, **kwargs):
+    print(Path(path).resolve(), file=log, flush=True)
+    original(self, path, *args, **kwargs)
+verify.OnnxSession.__init__ = counted
+from pipeline.cli import main
+sys.argv = ["pipeline", *sys.argv[1:]]
+main()
+"""
+
+
+def test_the_int8_stage_of_a_decoder_loads_its_fp32_and_its_int8_model_once_each(folder):
+    """At 0.5B each onnxruntime session of a 2 GB model took seconds: the int8 stage opens the FP32 model once (held-out
+    and calibration steps, whose held-out outputs are the reference) and the INT8 model once (accuracy, then generation)."""
+    write_profile(folder, factory_profile("llama"), "sessions.toml")
+    out, log = folder / "sessions", folder / "sessions.log"
+    run = subprocess.run([sys.executable, "-c", COUNTING_SESSIONS, str(log), "build", "--profile", str(folder / "sessions.toml"), "--int8",
+                          "--until", "int8", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO), str(folder)])})
+    assert run.returncode == 0, run.stderr
+    opened = log.read_text().splitlines()
+    assert opened.count(str((out / "model.opt.onnx").resolve())) == 1, opened
+    assert sum(1 for path in opened if path.endswith("/model.int8.onnx")) == 1, opened

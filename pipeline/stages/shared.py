@@ -57,12 +57,14 @@ def shape_checks(profile: Profile) -> list[dict]:
 
 
 @contextmanager
-def fp32_reference(job: Job, batches: list[dict], kind: str = "held-out", beside: str | None = None) -> Iterator[BackgroundOutputs]:
+def fp32_reference(job: Job, batches: list[dict], kind: str = "held-out", beside: str | None = None,
+                   known: tuple[list, float] | None = None) -> Iterator[BackgroundOutputs]:
     """The optimized FP32 model's outputs on the held-out samples, started on a worker thread so
     they are computed while the stage converts (AutoCast, ModelOpt's calibration). Computed once per
     build: the precision stages share them, keyed by the FP32 model's sha256 and the `kind` of
     samples. A stage that fails or is interrupted stops the run. Where its session does not fit beside
-    ModelOpt's step `beside` (quant.room_for_a_session_beside_modelopt), the run ends before ModelOpt starts."""
+    ModelOpt's step `beside` (quant.room_for_a_session_beside_modelopt), the run ends before ModelOpt starts.
+    `known`: the outputs (flattened) and their seconds, where making the samples ran the FP32 model already."""
     from pipeline.core.rss import release_freed_memory
     from quant import room_for_a_session_beside_modelopt
     from quant.accuracy import BackgroundOutputs
@@ -70,8 +72,8 @@ def fp32_reference(job: Job, batches: list[dict], kind: str = "held-out", beside
     source = job.input("optimize", "onnx")
     key = ("fp32 outputs", job.input_sha256("optimize", "onnx"), len(batches), kind)
     if key not in job.cache:
-        alone = beside is not None and not room_for_a_session_beside_modelopt(source, beside)
-        job.cache[key] = BackgroundOutputs(source, batches)
+        alone = known is None and beside is not None and not room_for_a_session_beside_modelopt(source, beside)
+        job.cache[key] = BackgroundOutputs(source, batches, known)
         if alone:
             job.status("running the FP32 model on the held-out samples first (its session does not fit beside ModelOpt's)")
             job.cache[key].finish()
