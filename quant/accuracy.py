@@ -35,9 +35,9 @@ class BackgroundOutputs:
     OUTPUT_BUDGET values (`checked` then runs both models batch by batch). `cancel()` stops the run (onnxruntime's
     RunOptions.terminate, honoured between operators) and waits for it: a failed stage leaves nothing running."""
 
-    def __init__(self, path: Path, batches: list[dict[str, np.ndarray]], known: tuple[list[np.ndarray], float] | None = None):
-        """`known`: the outputs and the seconds they took, computed already (a decoder's held-out steps run the FP32 model
-        as they are made): nothing runs."""
+    def __init__(self, path: Path, batches: list[dict[str, np.ndarray]], known: tuple[list[np.ndarray] | None, float] | None = None):
+        """`known`: the outputs (None: past the budget) and the seconds they took, computed already (a decoder's held-out
+        steps run the FP32 model as they are made): nothing runs."""
         import onnxruntime as ort
 
         self.path = path
@@ -50,7 +50,7 @@ class BackgroundOutputs:
             self._thread.start()
             return
         outputs, self.seconds = known
-        self._future.set_result(outputs if sum(o.size for o in outputs) <= OUTPUT_BUDGET else None)
+        self._future.set_result(outputs if outputs is not None and sum(o.size for o in outputs) <= OUTPUT_BUDGET else None)
 
     def _run(self, path: Path, batches: list[dict[str, np.ndarray]]) -> None:
         started = time.perf_counter()

@@ -63,11 +63,12 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     their scale is not the model's, and INT8 scales calibrated on them round a real cache's keys and
     values, and the attention output, to zero (greedy tokens then agree with FP32 on 0-6%). `fixed`: inputs
     fed at every step, an encoder-decoder's real encoder outputs (cross-attention caches) and mask, their rows repeated to
-    the batch, not random ones. `keep_outputs`: keep the FP32 outputs of each feed (DecoderSteps.outputs)."""
+    the batch, not random ones. `keep_outputs`: keep the FP32 outputs of each feed (DecoderSteps.outputs), up to
+    quant.accuracy.OUTPUT_BUDGET values (None past it: the check then runs both models batch by batch)."""
     import onnx
 
     from pipeline.core.generation import embedding_head, greedy
-    from quant.accuracy import flatten
+    from quant import accuracy
 
     session = session if session is not None else OnnxSession(onnx_path)
     head = None if "logits" in session.outputs else embedding_head(onnx.load(str(onnx_path)))
@@ -78,13 +79,16 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     rng = np.random.default_rng(seed)
     rows = {name: array[np.arange(batch) % len(array)] for name, array in (fixed or {}).items()}
     feeds: list[dict[str, np.ndarray]] = []
-    kept: list[list[np.ndarray]] = []
+    kept: list[list[np.ndarray]] | None = [] if keep_outputs else None
 
     def recorded(step: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal kept
         feeds.append(dict(step))
         outputs = session.run_named(step)
-        if keep_outputs:
+        if kept is not None and len(kept) < samples:
             kept.append(list(outputs.values()))
+            if sum(o.size for run in kept for o in run) > accuracy.OUTPUT_BUDGET:
+                kept = None
         if "logits" in outputs and outputs["logits"].shape[-1] > high:  # scores over more than the tokens it takes (HiggsAudio's
             outputs = {**outputs, "logits": outputs["logits"][..., : int(high)]}  # 8192 audio codebook entries, 1000 text tokens): picked among those
         return outputs
@@ -97,7 +101,7 @@ def decoder_calibration(profile: Profile, onnx_path: Path, samples: int, seed: i
     encoder = f", on the encoder output of the export's generation check ({len(rows)} inputs fed at every step)" if rows else ""
     return DecoderSteps(feeds[:samples], (f"synthetic, {samples} feeds ([quant] samples) of {batch} rows as the decoder is fed: the prefill of {prompts} random "
                                           f"prompt(s) of {batch} x {length} tokens, then {DECODE_STEPS} decode steps each on the KV cache the FP32 model wrote{encoder}"),
-                        flatten(kept[:samples]) if keep_outputs else None)
+                        None if kept is None else accuracy.flatten(kept))
 
 
 def fed_as_decoder(profile: Profile, onnx_path: Path) -> bool:

@@ -98,5 +98,5 @@ def test_known_outputs_are_the_reference_with_nothing_run_and_past_the_budget_ar
     known.cancel()
     monkeypatch.setattr(figures, "OUTPUT_BUDGET", 300)
     over = figures.BackgroundOutputs(tmp_path / "missing.onnx", batches, (outputs, 1.5))
-    assert over.result() is None
+    assert over.result() is None and figures.BackgroundOutputs(tmp_path / "missing.onnx", batches, (None, 1.5)).result() is None
     assert figures.checked(tmp_path / "fp16.onnx", batches, over, tmp_path / "fp32.onnx", 12) == pytest.approx(expected, rel=1e-9)

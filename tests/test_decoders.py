@@ -384,6 +384,10 @@ def test_int8_samples_of_a_decoder_run_its_fp32_model_once_and_keep_the_held_out
     alone, origin = calibration_of(profile, None, source)
     assert origin == samples.calibration[1] and len(alone) == len(samples.calibration[0]) == profile.quant.samples
     assert all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(alone, samples.calibration[0], strict=True))
+    import quant.accuracy
+    monkeypatch.setattr(quant.accuracy, "OUTPUT_BUDGET", sum(o.size for o in outputs) - 1)  # a large vocabulary or batch: none kept
+    over = int8_samples(profile, None, source)
+    assert over.reference[0] is None and len(over.held_out) == len(samples.held_out)
 
 
 COUNTING_SESSIONS = """

@@ -63,7 +63,7 @@ class Int8Samples:
     calibration: Calibration
     held_out: list[dict]  # the accuracy check's batches
     kind: str  # of held_out: "held-out" or "decoder steps"
-    reference: tuple[list, float] | None  # the FP32 outputs of held_out and their seconds, where making them ran that model
+    reference: tuple[list | None, float] | None  # the FP32 outputs of held_out (None past the check's budget) and their seconds, where making them ran that model
 
 
 def int8_samples(profile: Profile, calib: Path | None, source: Path, fixed: dict | None = None) -> Int8Samples:

@@ -58,7 +58,7 @@ def shape_checks(profile: Profile) -> list[dict]:
 
 @contextmanager
 def fp32_reference(job: Job, batches: list[dict], kind: str = "held-out", beside: str | None = None,
-                   known: tuple[list, float] | None = None) -> Iterator[BackgroundOutputs]:
+                   known: tuple[list | None, float] | None = None) -> Iterator[BackgroundOutputs]:
     """The optimized FP32 model's outputs on the held-out samples, started on a worker thread so
     they are computed while the stage converts (AutoCast, ModelOpt's calibration). Computed once per
     build: the precision stages share them, keyed by the FP32 model's sha256 and the `kind` of
