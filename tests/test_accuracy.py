@@ -64,13 +64,18 @@ def scale_model(path, factor: float) -> None:
         [helper.make_tensor("k", TensorProto.FLOAT, [], [factor])]), opset_imports=[helper.make_opsetid("", 20)]), str(path))
 
 
+def scaled_pair(tmp_path, seed: int, runs: int) -> list[dict]:
+    """fp32.onnx (x * 2) and fp16.onnx (x * 2.001) in `tmp_path`, and `runs` random batches of 4 x 64 to feed them."""
+    scale_model(tmp_path / "fp32.onnx", 2.0)
+    scale_model(tmp_path / "fp16.onnx", 2.001)
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(runs)]
+
+
 def test_outputs_past_the_budget_are_checked_batch_by_batch_with_the_same_figures(tmp_path, monkeypatch):
     """The FP32 reference keeps at most OUTPUT_BUDGET output values; past it, neither model's outputs are kept: both run
     batch by batch and the figures are those of the whole outputs."""
-    scale_model(tmp_path / "fp32.onnx", 2.0)
-    scale_model(tmp_path / "fp16.onnx", 2.001)
-    rng = np.random.default_rng(3)
-    batches = [{"x": rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(5)]
+    batches = scaled_pair(tmp_path, seed=3, runs=5)
     kept = figures.BackgroundOutputs(tmp_path / "fp32.onnx", batches)
     whole_figures = figures.checked(tmp_path / "fp16.onnx", batches, kept, tmp_path / "fp32.onnx", 20)
     assert kept.result() is not None
@@ -85,10 +90,7 @@ def test_outputs_past_the_budget_are_checked_batch_by_batch_with_the_same_figure
 def test_known_outputs_are_the_reference_with_nothing_run_and_past_the_budget_are_checked_batch_by_batch(tmp_path, monkeypatch):
     """A decoder's held-out steps hand their FP32 outputs over: the check reads them as it reads a run's, cancelling
     starts nothing, and outputs past the budget make the check run both models batch by batch, as a run's would."""
-    scale_model(tmp_path / "fp32.onnx", 2.0)
-    scale_model(tmp_path / "fp16.onnx", 2.001)
-    rng = np.random.default_rng(4)
-    batches = [{"x": rng.standard_normal((4, 64)).astype(np.float32)} for _ in range(3)]
+    batches = scaled_pair(tmp_path, seed=4, runs=3)
     ran = figures.BackgroundOutputs(tmp_path / "fp32.onnx", batches)
     expected = figures.checked(tmp_path / "fp16.onnx", batches, ran, tmp_path / "fp32.onnx", 12)
     outputs = figures.flatten([[2.0 * b["x"]] for b in batches])
