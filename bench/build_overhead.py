@@ -110,6 +110,7 @@ def direct_int8(profile, source: Path, workdir: Path) -> float:
     import onnx
     from modelopt.onnx.quantization import quantize
 
+    from quant.int8 import MODELOPT_ARGUMENTS
     from quant.presets import PRESETS, plan_preset
 
     class Reader:  # the calibration_data_reader interface ModelOpt takes (onnxruntime's)
@@ -134,7 +135,7 @@ def direct_int8(profile, source: Path, workdir: Path) -> float:
     quantize(onnx_path=str(source), quantize_mode="int8", calibration_data_reader=reader, calibration_method=profile.quant.calibration_method,
              calibration_eps=["cpu"], high_precision_dtype=profile.quant.int8_float_dtype, op_types_to_quantize=plan.op_types_to_quantize,
              disable_mha_qdq=plan.disable_mha_qdq, nodes_to_exclude=[re.escape(n) + "$" for n in plan.nodes_to_exclude] or None,
-             calibrate_per_node=False, output_path=str(workdir / "model.int8.onnx"), log_level="ERROR")
+             calibrate_per_node=False, output_path=str(workdir / "model.int8.onnx"), log_level="ERROR", **MODELOPT_ARGUMENTS)
     return time.perf_counter() - started
 
 

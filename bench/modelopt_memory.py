@@ -88,6 +88,7 @@ else:
     from modelopt.onnx.quantization import quantize
     from quant.calibration import calibration_reader
     from quant.presets import plan_preset, resolve_preset
+    from quant.int8 import MODELOPT_ARGUMENTS
     data, batch, _ = calibration(profile, None, optimized)
     extra = {"calibration_method": "awq_clip"}
     if step == "int8":
@@ -95,7 +96,7 @@ else:
         plan = plan_preset(resolve_preset(profile.quant.preset, model), model, max_sequence(profile))
         extra = {"op_types_to_quantize": plan.op_types_to_quantize, "disable_mha_qdq": plan.disable_mha_qdq,
                  "nodes_to_exclude": [re.escape(n) + "$" for n in plan.nodes_to_exclude] or None,
-                 "high_precision_dtype": profile.quant.int8_float_dtype}  # ModelOpt's default, fp16, converts after: the stage does not
+                 **MODELOPT_ARGUMENTS, "high_precision_dtype": profile.quant.int8_float_dtype}  # ModelOpt's default, fp16, converts after: the stage does not
         del model
     quantize(onnx_path=str(optimized), quantize_mode=step, calibration_data_reader=calibration_reader(split(data, batch), lambda *_: None),
              calibration_eps=["cpu"], calibrate_per_node=False, output_path=str(folder / "direct.onnx"), log_level="ERROR", **extra)

@@ -108,12 +108,13 @@ else:  # fed what the stage feeds (a decoder's mask must match its cache: random
         from pipeline.core.samples import split
         from pipeline.stages.shared import calibration, max_sequence
         from quant.presets import plan_preset, resolve_preset
+        from quant.int8 import MODELOPT_ARGUMENTS
         if step == "int8":
             feeds = decoder_calibration(profile, optimized, profile.quant.samples).feeds
             model = onnx.load(str(optimized), load_external_data=False)
             plan = plan_preset(resolve_preset(profile.quant.preset, model), model, max_sequence(profile))
             extra = {"op_types_to_quantize": plan.op_types_to_quantize, "disable_mha_qdq": plan.disable_mha_qdq,
-                     "high_precision_dtype": profile.quant.int8_float_dtype,  # ModelOpt's default, fp16, adds a conversion the stage does not run
+                     **MODELOPT_ARGUMENTS, "high_precision_dtype": profile.quant.int8_float_dtype,  # ModelOpt's default, fp16, adds a conversion the stage does not run
                      "nodes_to_exclude": [re.escape(n) + "$" for n in plan.nodes_to_exclude] or None}
         else:
             data, batch, _ = calibration(profile, None, optimized)
