@@ -67,6 +67,20 @@ def test_residual_skip_not_quantized():
     assert rules(findings) == ["residual-skip-not-quantized"] and findings[0].nodes == ["gemm", "residual", "skip"]
 
 
+def test_an_fp8_skip_q_is_no_residual_finding_under_the_transformer_rules():
+    """The skip's Q the Add could share is for an INT8 fusion: an FP8 transformer quantizes its GEMM inputs alone (FP8's
+    `auto` is gemm-only, quant/presets.py), so its float skip is no finding; the same graph in INT8 is one."""
+    nodes = [n for n in gemm_block(output_qdq=False) if n.name not in ("skip_Q", "skip_DQ")]
+    nodes[-1] = helper.make_node("Add", ["biased", "skip"], ["y"], name="residual")
+    shared = nodes + qdq("skip") + [helper.make_node("MatMul", ["skip_dq", "w"], ["next"], name="next_gemm")]
+    int8 = model(shared, ["x", "skip"], ["y", "next"])
+    fp8 = model(shared, ["x", "skip"], ["y", "next"])
+    zero = next(t for t in fp8.graph.initializer if t.name == "z")
+    zero.CopyFrom(helper.make_tensor("z", TensorProto.FLOAT8E4M3FN, [], [0.0]))
+    assert rules(lint_model(int8)) == ["residual-skip-not-quantized"]
+    assert lint_model(fp8) == []
+
+
 def test_qdq_into_float_region():
     nodes = qdq("x") + [helper.make_node("LayerNormalization", ["x_dq", "g", "b"], ["y"], name="ln")]
     extra = [numpy_helper.from_array(np.ones(8, np.float32), "g"), numpy_helper.from_array(np.zeros(8, np.float32), "b")]

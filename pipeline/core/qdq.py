@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipeline.core.graph import LAYOUT_OPS, GraphIndex
+from pipeline.core.graph import FP8_TYPES, LAYOUT_OPS, GraphIndex
 
 EQ = "TensorRT Developer Guide, Explicit Quantization"
 FA = "TensorRT Developer Guide, Fused Attention"
@@ -162,6 +162,13 @@ class QdqGraph(GraphIndex):
             return None
         return node
 
+    def int8_quantize(self, node) -> bool:
+        """A QuantizeLinear to INT8 (its zero point's type, INT8 when it has none), not to FP8."""
+        if node.op_type != "QuantizeLinear":
+            return False
+        zero = self.initializers.get(node.input[2]) if len(node.input) > 2 else None
+        return zero is None or zero.data_type not in FP8_TYPES
+
     def quantized_gemm(self, gemm) -> bool:
         """Its activation input is quantized."""
         return any(self.quantized_activation(i) for i in gemm.input[:1])
@@ -193,7 +200,8 @@ class QdqGraph(GraphIndex):
     def float_skips(self, rules: PlacementRules) -> Iterator[tuple]:
         """(Add, [GEMM/Conv], float skip tensor, or None for two quantized convolutions' float outputs under `residual_skip`)
         for each residual Add a quantized GEMM/Conv cannot take in INT8. Without `residual_skip` (transformers), only a skip
-        that already has a Q counts: a new one would sit on a pre-LN transformer's LayerNorm input, which stays float."""
+        that already has an INT8 Q counts: a new one would sit on a pre-LN transformer's LayerNorm input, which stays float,
+        and the fusion it buys is INT8's (an FP8 transformer quantizes its GEMM inputs alone: quant/presets.py)."""
         for node, gemms, _ in self.residual_adds(rules.epilogue_ops):
             quantized = [self.quantized_activation(i) is not None for i in node.input]
             if all(gemms):
@@ -203,7 +211,7 @@ class QdqGraph(GraphIndex):
             side = 0 if gemms[0] is not None else 1
             gemm, skip = gemms[side], node.input[1 - side]
             if self.quantized_gemm(gemm) and not quantized[1 - side] and self.gemm_behind(skip, rules.epilogue_ops, single_use=True) is None \
-                    and (rules.residual_skip or any(reader.op_type == "QuantizeLinear" for reader in self.consumers(skip))):
+                    and (rules.residual_skip or any(self.int8_quantize(reader) for reader in self.consumers(skip))):
                 yield node, [gemm], skip
 
     def rejection(self, rules: PlacementRules, source: str, consumer, dq_output: str) -> str | None:
