@@ -9,7 +9,7 @@ it cached), at the same size:
 | optimize | `onnx.load` + `onnx.save` of the exported model (external data as needed)           |
 | fp16     | ModelOpt AutoCast (`convert_to_mixed_precision`, FP16, keep_io_types) of the optimized model, fed the stage's reference feeds |
 | int8     | ModelOpt `quantize(quantize_mode="int8")` with the stage's arguments (its preset's plan), fed its calibration steps (prefill and decode on real caches) |
-| int4     | ModelOpt `quantize(quantize_mode="int4", awq_clip)` fed the stage's calibration feeds |
+| int4     | ModelOpt `quantize(quantize_mode="int4")` with the size's method (`INT4_METHOD`) fed the stage's calibration feeds |
 
 The direct calls get the feeds the stages make (made before their clock starts): fed its own random
 data, AutoCast's reference run fails on a decoder with a cache (the mask does not match past_seq + seq:
@@ -54,6 +54,8 @@ SIZES = {  # Qwen2.5's published configs (0.5B, 1.5B); tiny and 0.1b scaled down
     "1.5b": dict(QWEN2, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2),
 }
 DIMS = {"batch": (1, 1, 2), "seq": (1, 32, 64), "past_seq": (0, 32, 64)}  # small: the ladder measures weights, not activations
+# AWQ's clip search runs the model per weight group: 30 minutes at 0.1b here, hours from 0.5B; those sizes round to nearest
+INT4_METHOD = {"tiny": "awq_clip", "0.1b": "awq_clip", "0.5b": "rtn_dq", "1.5b": "rtn_dq"}
 
 DIRECT = '''
 import json, re, resource, sys, time
@@ -118,7 +120,7 @@ else:  # fed what the stage feeds (a decoder's mask must match its cache: random
                      "nodes_to_exclude": [re.escape(n) + "$" for n in plan.nodes_to_exclude] or None}
         else:
             data, batch, _ = calibration(profile, None, optimized)
-            feeds, extra = split(data, batch), {"calibration_method": "awq_clip"}
+            feeds, extra = split(data, batch), {"calibration_method": profile.quant.int4_method}
         from modelopt.onnx.quantization import quantize
         from pipeline.core.onnxfile import external_tensors
         extra["use_external_data_format"] = bool(external_tensors(onnx.load(str(optimized), load_external_data=False)))  # as the stage
@@ -134,7 +136,8 @@ def profile_text(size: str) -> str:
     config = "\n".join(f"{key} = {json.dumps(value)}" for key, value in SIZES[size].items())
     dims = "\n".join(f"[dims.{name}]\nmin = {low}\nopt = {opt}\nmax = {high}\n" for name, (low, opt, high) in DIMS.items())
     return (f'name = "qwen2-{size}"\n[model]\ntask = "causal-lm"\n[model.hf_config]\n{config}\n\n{dims}\n'
-            f'[[inputs]]\nname = "input_ids"\ndtype = "int64"\nshape = ["batch", "seq"]\nrange = [0, {SIZES[size]["vocab_size"]}]\n')
+            f'[[inputs]]\nname = "input_ids"\ndtype = "int64"\nshape = ["batch", "seq"]\nrange = [0, {SIZES[size]["vocab_size"]}]\n'
+            f'\n[quant]\nint4_method = "{INT4_METHOD[size]}"\n')
 
 
 def parameters(size: str) -> int:
@@ -168,7 +171,7 @@ def run_size(size: str, folder: Path, until: str = STAGES[-1]) -> dict:
             break  # the build stopped before it (its error is in the output above)
         stage = stages[step]
         record["stages"][step] = {"status": stage["status"], "seconds": stage["seconds"], "peak_rss_mb": stage.get("peak_rss_mb"),
-                                  "reason": stage.get("reason", "")[:300]}
+                                  "reason": stage.get("reason", "")[:300], **({"int4_method": INT4_METHOD[size]} if step == "int4" else {})}
         if record["stages"].get("optimize", {}).get("status") != "done" and step != "export":
             break
         direct = subprocess.run([sys.executable, "-c", DIRECT, step, str(folder)], cwd=REPO, capture_output=True, text=True)

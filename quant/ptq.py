@@ -69,9 +69,9 @@ def run_modelopt(source: Path, beside: Path, stage: str, model=None, hint: str =
 
     from pipeline.core.onnxfile import external_tensors, load_onnx, private_copy
     from pipeline.core.verify import onnxruntime_errors, run_failure
-    from quant import before_modelopt, check_room_for_modelopt
+    from quant import before_modelopt, check_room_for_modelopt, modelopt_step
 
-    check_room_for_modelopt(source, arguments["quantize_mode"], stage)
+    check_room_for_modelopt(source, modelopt_step(arguments["quantize_mode"], arguments.get("calibration_method")), stage)
     model = model if model is not None else load_onnx(source)
     logging.getLogger("modelopt").setLevel(logging.ERROR)
     before_modelopt()  # lief is imported with modelopt.onnx.quantization, just above

@@ -54,10 +54,16 @@ def test_the_check_compares_the_least_measured_peak_of_the_kind_with_the_memory_
         quant.check_room_for_modelopt(tmp_path / "m.onnx", "int8", "int8")
 
 
+def test_int4_is_checked_with_the_factor_of_its_method():
+    """AWQ's search and round to nearest take different memory: each INT4 method has its own measured factor."""
+    assert [quant.modelopt_step("int4", method) for method in ("awq_clip", "rtn_dq")] == ["int4", "int4_rtn_dq"]
+    assert quant.modelopt_step("int8", "entropy") == "int8" and quant.modelopt_step("fp8", "max") == "fp8"
+
+
 def test_every_modelopt_step_has_the_factor_measured_for_each_kind():
     """The factors are the benchmark's results (least over each kind's models), rounded down, not set by hand."""
     recorded = json.loads((REPO / "bench" / "results" / "modelopt_memory.json").read_text())["least_factor"]
-    steps = {"autocast": "fp16", "int8": "int8", "fp8": "int8", "int4": "int4"}  # FP8 calibrates as INT8 does
+    steps = {"autocast": "fp16", "int8": "int8", "fp8": "int8", "int4": "int4", "int4_rtn_dq": "int4_rtn_dq"}  # FP8 calibrates as INT8 does
     assert {kind: {step: int(recorded[kind][measured]) for step, measured in steps.items()} for kind in recorded} == quant.MODELOPT_LEAST_PEAK
     assert all(set(factors) == set(quant.MODELOPT_STEPS) for factors in quant.MODELOPT_LEAST_PEAK.values())
 
@@ -84,7 +90,7 @@ def test_the_precision_stages_fail_before_modelopt_runs_where_it_cannot_fit(tmp_
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "COLUMNS": "200"})
     assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
     stages = {s["name"]: s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["stages"]}
-    for stage, step in (("fp16", "AutoCast"), ("int8", "INT8 calibration"), ("int4", "INT4 weight quantization")):
+    for stage, step in (("fp16", "AutoCast"), ("int8", "INT8 calibration"), ("int4", "INT4 weight quantization (round to nearest)")):  # the profile's int4_method
         assert stages[stage]["status"] == "failed"
         assert stages[stage]["reason"].startswith(f"{stage}: ModelOpt's {step} needs at least ")
         assert stages[stage]["reason"].endswith(f"or leave out --{stage}")

@@ -219,8 +219,11 @@ def test_an_fp16_gate_failure_says_how_to_find_the_nodes_that_lose_accuracy(tmp_
     with pytest.raises(StageFailed, match=r"fp16_exclude_nodes or fp16_exclude_op_types.*quantize \S+model.opt.onnx -o fp16.onnx --fp16 "
                                           r"--profile bert-tiny.*compare"):
         gate("fp16", figures, 0.999, hint)
-    with pytest.raises(StageFailed, match=r"try another preset or more calibration data, or lower this gate: \[quant\] min_cosine_int8 in the profile"):
-        gate("int8", figures, 0.999)
+    from pipeline.stages.int4 import HINTS
+
+    with pytest.raises(StageFailed, match=r'try \[quant\] int4_method = "awq_clip" .*, or --int8/--fp8 for this model, or lower this gate: '
+                                          r"\[quant\] min_cosine_int4 in the profile"):
+        gate("int4", figures, 0.999, HINTS["rtn_dq"])
     with pytest.raises(StageFailed, match=r"fp16: the FP16 model.s outputs hold NaN or Inf .*\(an overflow"):
         gate("fp16", {**figures, "cosine_centered": float("nan")}, 0.999, hint)
 

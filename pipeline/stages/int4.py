@@ -11,6 +11,12 @@ from pipeline.core.profiles import Profile
 from pipeline.stage import Job, Stage, StageResult
 from pipeline.stages import shared
 
+HINTS = {  # by [quant] int4_method: INT4 has no placement preset and no nodes to exclude, what it has to try is this
+    "rtn_dq": 'round to nearest uses no data: try [quant] int4_method = "awq_clip" (AWQ fits each group\'s scale to the calibration data), '
+              "or --int8/--fp8 for this model",
+    "awq_clip": "try more or more representative calibration data (--calib, [quant] samples), or --int8/--fp8 for this model",
+}
+
 
 def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, reference=None, log: Path | None = None,
              on_step: Callable[[int, int], None] = lambda done, total: None):
@@ -26,17 +32,18 @@ def quantize(profile: Profile, calib: Path | None, source: Path, target: Path, r
         result = quantize_int4(source, tmp, data, batch, shared.held_out(profile), reference, q.int4_method, min_cosine=q.min_cosine_int4,
                                on_step=on_step)
         shared.require_quantized("int4", result.qdq["dequantize"], "; ".join(result.notes) or "ModelOpt quantized no weight")
-        shared.gate("int4", result.accuracy, q.min_cosine_int4)
+        shared.gate("int4", result.accuracy, q.min_cosine_int4, HINTS[q.int4_method])
     return result, origin
 
 
 def run_int4(job: Job) -> StageResult:
-    from quant import check_room_for_modelopt
+    from quant import check_room_for_modelopt, modelopt_step
     s = job.settings
     source, target = job.input("optimize", "onnx"), job.out / "model.int4.onnx"
-    check_room_for_modelopt(source, "int4", "int4")  # before the calibration and reference runs, not after them
+    step = modelopt_step("int4", s.profile.quant.int4_method)
+    check_room_for_modelopt(source, step, "int4")  # before the calibration and reference runs, not after them
     job.status(f"quantizing MatMul/Gemm weights to INT4 ({s.profile.quant.int4_method})")
-    with shared.fp32_reference(job, shared.held_out(s.profile), beside="int4") as reference:
+    with shared.fp32_reference(job, shared.held_out(s.profile), beside=step) as reference:
         result, origin = quantize(s.profile, s.calib, source, target, reference, job.out / "int4.log",
                                   on_step=lambda done, total: job.status(f"AWQ calibration {done}/{total}"))
     return StageResult({"onnx": target, **shared.log_output(job.out / "int4.log")}, result.metrics() | {"calibration": origin})

@@ -163,7 +163,7 @@ def passes(metrics: dict[str, Any], minimum: float) -> bool:
     return metrics["cosine_centered"] >= minimum
 
 
-def gate(stage: str, metrics: dict[str, Any], minimum: float, hint: str = "exclude sensitive nodes, try another preset or more calibration data") -> None:
+def gate(stage: str, metrics: dict[str, Any], minimum: float, hint: str) -> None:
     from pipeline.core.errors import StageFailed
 
     if passes(metrics, minimum):
