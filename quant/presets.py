@@ -35,7 +35,8 @@
 - `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`); for FP8 an
   encoder's is `gemm-only` (`PRECISION_FAMILY_PRESET`). The residual skip Q/DQ of `trt-fusion` is there so the
   Add fuses into an INT8 GEMM ("Explicit Quantization", figures 6 and 7, written for INT8); FP8 recipes quantize
-  the GEMM inputs alone (ModelOpt's PyTorch FP8 config: Linear/Conv inputs and weights; TensorRT-LLM's FP8 GEMMs).
+  the inputs and weights of the weighted layers, never a residual Add (ModelOpt's PyTorch FP8 config: its Linear and
+  Conv layers; TensorRT-LLM's FP8 GEMMs). gemm-only also leaves a Conv (a ViT's patch embedding) in float.
   E4M3 rounds a value by up to 1/16 of itself at any magnitude, and the residual stream, which every layer adds to,
   is where that adds up: bert-tiny's FP8 model read cosine_centered 0.969 with the skips quantized, 0.990 without
   (INT8: 0.993 and 0.999); on the tiny Hugging Face BERT, DistilBERT and RoBERTa, FP8's error was 280x, 370x and
