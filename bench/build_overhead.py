@@ -110,8 +110,8 @@ def direct_int8(profile, source: Path, workdir: Path) -> float:
     import onnx
     from modelopt.onnx.quantization import quantize
 
-    from quant.int8 import MODELOPT_ARGUMENTS
     from quant.presets import PRESETS, plan_preset
+    from quant.ptq import MODELOPT_ARGUMENTS
 
     class Reader:  # the calibration_data_reader interface ModelOpt takes (onnxruntime's)
         def __init__(self, feeds):

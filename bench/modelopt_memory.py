@@ -92,7 +92,7 @@ else:
     from modelopt.onnx.quantization import quantize
     from quant.calibration import calibration_reader
     from quant.presets import plan_preset, resolve_preset
-    from quant.int8 import MODELOPT_ARGUMENTS
+    from quant.ptq import MODELOPT_ARGUMENTS
     data, batch, _ = calibration(profile, None, optimized)
     extra = {"calibration_method": "rtn_dq" if step == "int4_rtn_dq" else "awq_clip"}
     if step == "int8":

@@ -110,7 +110,7 @@ else:  # fed what the stage feeds (a decoder's mask must match its cache: random
         from pipeline.core.samples import split
         from pipeline.stages.shared import calibration, max_sequence
         from quant.presets import plan_preset, resolve_preset
-        from quant.int8 import MODELOPT_ARGUMENTS
+        from quant.ptq import MODELOPT_ARGUMENTS
         if step == "int8":
             feeds = decoder_calibration(profile, optimized, profile.quant.samples).feeds
             model = onnx.load(str(optimized), load_external_data=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import InputError
-from quant.ptq import PtqResult, check_calibration, opset_of, qdq_counts, write_checked
+from quant.ptq import MODELOPT_ARGUMENTS, PtqResult, check_calibration, opset_of, qdq_counts, write_checked
 
 FP8_MIN_OPSET = 21
 
@@ -52,7 +52,7 @@ def quantize_fp8(
     preset, plan, model, removed = run_with_preset(
         source, target, "fp8", preset_name, max_sequence, nodes_to_exclude, min_opset=max(FP8_MIN_OPSET, opset or 0), quantize_mode="fp8",
         calibration_data_reader=calibration_reader(split(calibration, batch, batch_axes(source)), on_step), calibration_method="max",
-        high_precision_dtype=high_precision_dtype,
+        high_precision_dtype=high_precision_dtype, **MODELOPT_ARGUMENTS,
     )
     figures = write_checked(model, target, source, reference, held_out)
     notes = [*plan.notes, f"preset {preset.name} removed {len(removed)} Q/DQ node(s)"]

@@ -12,11 +12,7 @@ import numpy as np
 from pipeline.core.onnxfile import atomic_onnx, save_onnx
 from pipeline.core.samples import batch_axes, split
 from quant.calibration import calibration_reader
-
-# ModelOpt INT8 arguments the stage always passes (and the benchmarks' direct calls with it): weights stored in INT8 behind a
-# DequantizeLinear, which TensorRT takes as pre-quantized weights, instead of FP32 behind a Q/DQ pair: a quarter of their
-# bytes on disk, and onnxruntime's check sessions fold one node per weight instead of two
-MODELOPT_ARGUMENTS = {"dq_only": True}
+from quant.ptq import MODELOPT_ARGUMENTS
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,11 @@ def test_fp8_quantizes_gemm_inputs_to_e4m3_at_opset_21(vit, tmp_path):
     assert result.opset == FP8_MIN_OPSET and result.method == "max" and result.calibration_samples == 8
     assert result.qdq["dequantize_types"] == {"FLOAT8E4M3FN": result.qdq["dequantize"]} and result.qdq["quantize"] > 0
     assert result.qdq["quantize"] == sum(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    # weights stored in FP8 behind a DequantizeLinear (pre-quantized, as TensorRT takes them): no Q reads a weight
+    weights = {t.name: t.data_type for t in model.graph.initializer}
+    assert not [n.name for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in weights]
+    stored = [weights[n.input[0]] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in weights]
+    assert stored and set(stored) == {onnx.TensorProto.FLOAT8E4M3FN} and len(stored) + result.qdq["quantize"] == result.qdq["dequantize"]
     # the figures are the written file's: recomputing them from it gives the same numbers
     assert result.accuracy == accuracy(reference, model_outputs(tmp_path / "fp8.onnx", held_out), 8)
     assert 0.99 < result.accuracy["cosine_centered"] < 1.0
