@@ -32,15 +32,17 @@
   another cache's values to zero (TensorRT-LLM likewise keeps attention in FP16 unless the KV
   cache is FP8). On the corpus' with-past Llama, Qwen2 and Phi-3 greedy tokens then agree with
   FP32 on 100% (the transformer rules with every Mul/Add input quantized: 59-91%).
-- `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`); for FP8 an
-  encoder's is `gemm-only` (`PRECISION_FAMILY_PRESET`). The residual skip Q/DQ of `trt-fusion` is there so the
-  Add fuses into an INT8 GEMM ("Explicit Quantization", figures 6 and 7, written for INT8); FP8 recipes quantize
-  the inputs and weights of the weighted layers, never a residual Add (ModelOpt's PyTorch FP8 config: its Linear and
-  Conv layers; TensorRT-LLM's FP8 GEMMs). gemm-only also leaves a Conv (a ViT's patch embedding) in float.
-  E4M3 rounds a value by up to 1/16 of itself at any magnitude, and the residual stream, which every layer adds to,
-  is where that adds up: bert-tiny's FP8 model read cosine_centered 0.973 with the skips quantized, 0.992 without
-  (weights stored in FP8; 0.969 and 0.990 behind Q/DQ pairs; INT8: 0.993 and 0.999); on the tiny Hugging Face BERT, DistilBERT and RoBERTa, FP8's error was 280x, 370x and
-  1.6x what it is without them (a pre-LN ViT quantizes no skip: the same model either way).
+- `auto` (the default): the preset of the model's family, read from the graph (`FAMILY_PRESET`).
+
+FP8 under the transformer rules (trt-fusion, gemm-only, decoder): a Q/DQ is read only by the weighted layers
+(MatMul/Gemm/Conv), never by a residual Add. The skip Q/DQ of trt-fusion is there so the Add fuses into an INT8 GEMM
+("Explicit Quantization", figures 6 and 7, written for INT8); FP8 recipes quantize the inputs and weights of the
+weighted layers, never a residual Add (ModelOpt's PyTorch FP8 config: its Linear and Conv layers; TensorRT-LLM's FP8
+GEMMs). E4M3 rounds a value by up to 1/16 of itself at any magnitude, and the residual stream, which every layer adds
+to, is where that adds up: bert-tiny's FP8 model read cosine_centered 0.973 with the skips quantized, 0.992 without
+(weights stored in FP8; 0.969 and 0.990 behind Q/DQ pairs; INT8: 0.993 and 0.999); on the tiny Hugging Face BERT,
+DistilBERT and RoBERTa, FP8's error was 280x, 370x and 1.6x what it is without them (a pre-LN ViT quantizes no
+skip: the same model either way).
 
 The lint and the engine prediction (trt/predict/) read the presets' `PlacementRules` (pipeline/core/qdq.py), so
 they never disagree with a preset; what they recognize in a graph is in quant/patterns.py.
@@ -59,6 +61,7 @@ from pipeline.core.qdq import (
     DECODER_RULES,
     FUSED_ATTENTION_HEAD_SIZES,
     FUSED_ATTENTION_MAX_SEQUENCE,
+    GEMM_OPS,
     TRANSFORMER_RULES,
     PlacementRules,
     QdqGraph,
@@ -88,7 +91,6 @@ PRESETS = {
                       ["MatMul", "Gemm"], True, "auto", family="decoder", rules=DECODER_RULES),
 }
 FAMILY_PRESET = {"encoder": "trt-fusion", "decoder": "decoder", "cnn": "cnn"}
-PRECISION_FAMILY_PRESET = {"fp8": {"encoder": "gemm-only"}}  # where a precision's `auto` differs from FAMILY_PRESET's
 FAMILY_EVIDENCE = {"decoder": "KV cache inputs/outputs or a causal mask", "cnn": "convolutions, no attention",
                    "encoder": "attention or plain GEMMs, no convolution-only body"}
 PRESET_NAMES = ("auto", *PRESETS)  # "auto": the preset of the model's family
@@ -110,15 +112,10 @@ def model_family(model) -> str:
     return "encoder"
 
 
-def auto_preset(family: str, precision: str = "int8") -> str:
-    """The name of the preset `auto` picks for a model of `family` quantized to `precision`."""
-    return PRECISION_FAMILY_PRESET.get(precision, {}).get(family, FAMILY_PRESET[family])
-
-
-def resolve_preset(name: str, model, precision: str = "int8") -> Preset:
-    """The preset called `name`; "auto" is the one written for the model's family (and `precision`)."""
+def resolve_preset(name: str, model) -> Preset:
+    """The preset called `name`; "auto" is the one written for the model's family."""
     if name == "auto":
-        return PRESETS[auto_preset(model_family(model), precision)]
+        return PRESETS[FAMILY_PRESET[model_family(model)]]
     if name not in PRESETS:
         raise InputError(f"--preset {name!r}: use one of {', '.join(PRESET_NAMES)}")
     return PRESETS[name]
@@ -200,7 +197,8 @@ def apply_preset(preset: Preset, model, kept: frozenset[str] = frozenset()) -> l
     A consumer reads the float tensor instead of DQ(Q(x)) when the preset's rules reject the Q/DQ
     on that edge, when the preset quantizes only some op types and the consumer is another
     (ModelOpt shares one Q/DQ between the QKV GEMMs and the residual Add), or when it is one of the
-    nodes `kept` in higher precision (a router reads the Q/DQ its experts' GEMMs share). With the CNN rules a
+    nodes `kept` in higher precision (a router reads the Q/DQ its experts' GEMMs share), or, in FP8 under the
+    transformer rules, when it is not a weighted layer (a residual Add: see the module's note). With the CNN rules a
     residual Add's skip input is moved onto the Q/DQ its tensor already has (for the next Conv),
     and a Concat's quantized inputs get one scale."""
     if not preset.fusion_cleanup:
@@ -220,7 +218,9 @@ def apply_preset(preset: Preset, model, kept: frozenset[str] = frozenset()) -> l
         q = pair[0]
         moves = graph.moves_between(q, dq)
         readers = list(graph.consumers(dq.output[0]))
+        weighted_only = not rules.residual_skip and not graph.int8_quantize(q)  # FP8 under the transformer rules
         rejected = [c for c in readers if (preset.op_types_to_quantize is not None and c.op_type not in preset.op_types_to_quantize)
+                    or (weighted_only and c.op_type not in GEMM_OPS)
                     or c.name in kept or graph.rejection(rules, q.input[0], c, dq.output[0]) is not None]
         if moves:  # Q -> Transpose/Reshape -> DQ (FP8): only a whole pair goes, the data movement stays, in float
             if rejected != readers or dq.output[0] in outputs or not graph.single_path(q, dq):

@@ -111,7 +111,7 @@ def run_with_preset(source: Path, target: Path, stage: str, preset_name: str, ma
     from quant.presets import apply_preset, plan_preset, resolve_preset
 
     source_model = load_onnx(source)
-    preset = resolve_preset(preset_name, source_model, stage)
+    preset = resolve_preset(preset_name, source_model)
     plan = plan_preset(preset, source_model, max_sequence)
     if min_opset is not None:
         arguments["opset"] = max(min_opset, opset_of(source_model))

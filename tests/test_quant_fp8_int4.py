@@ -15,6 +15,7 @@ from pipeline.optimize import optimize_file
 from quant.accuracy import accuracy, model_outputs
 from quant.fp8 import FP8_MIN_OPSET, quantize_fp8
 from quant.int4 import eligible_gemms, quantize_int4
+from quant.int8 import quantize_int8
 from quant.presets import PRESETS, model_family
 
 
@@ -49,8 +50,8 @@ def test_fp8_quantizes_gemm_inputs_to_e4m3_at_opset_21(vit, tmp_path):
     assert result.accuracy == accuracy(reference, model_outputs(tmp_path / "fp8.onnx", held_out), 8)
     assert 0.99 < result.accuracy["cosine_centered"] < 1.0
     assert result.passed == (result.accuracy["cosine_centered"] >= result.min_cosine)
-    # FP8's auto for an encoder (gemm-only): Q/DQ on GEMM inputs alone, none of TensorRT's rules broken
-    assert result.preset == "gemm-only" and result.findings == []
+    # trt-fusion, in FP8 Q/DQ on the weighted layers' inputs alone: none of TensorRT's rules broken
+    assert result.preset == "trt-fusion" and result.findings == []
     assert result.metrics()["lint"]["count"] == len(result.findings)
 
 
@@ -74,8 +75,9 @@ def test_int4_is_weight_only_on_matmul_and_gemm(vit, tmp_path, method):
 
 
 def test_fp8_leaves_an_encoders_residual_skips_in_float(tmp_path):
-    """FP8's `auto` on a post-LN BERT quantizes the GEMM inputs alone: trt-fusion's residual skips, rounded to E4M3 at
-    every layer, were most of its error (quant/presets.py)."""
+    """Under the transformer rules an FP8 Q/DQ is read by the weighted layers alone: trt-fusion's residual skips, which
+    INT8 quantizes so the Add fuses into the GEMM, rounded to E4M3 at every layer, were most of FP8's error
+    (quant/presets.py). ModelOpt's own placement quantizes the Adds' inputs."""
     profile = load_profile("hf-bert-tiny")
     export_model(profile, tmp_path / "model.onnx")
     optimize_file(tmp_path / "model.onnx", tmp_path / "model.opt.onnx")
@@ -83,19 +85,21 @@ def test_fp8_leaves_an_encoders_residual_skips_in_float(tmp_path):
     held_out = stack_batches(profile, [make_inputs(profile, seed=HELD_OUT_SEED + i) for i in range(4)])
     reference = model_outputs(source, held_out)
     results = {}
-    for preset in ("auto", "trt-fusion"):
-        with captured():
-            results[preset] = quantize_fp8(source, tmp_path / f"{preset}.onnx", calibration, 1, held_out, reference, preset, min_cosine=0.99)
-    auto, skips = results["auto"], results["trt-fusion"]
-    assert auto.preset == "gemm-only" and auto.findings == [] and skips.findings == []
+    with captured():
+        for preset in ("auto", "modelopt"):
+            results[preset] = quantize_fp8(source, tmp_path / f"fp8-{preset}.onnx", calibration, 1, held_out, reference, preset, min_cosine=0.99)
+        quantize_int8(source, tmp_path / "int8.onnx", calibration, 1, "auto", "fp32")
 
     def adds_reading_a_dq(path):
         graph = onnx.load(str(path)).graph
         dq = {n.output[0] for n in graph.node if n.op_type == "DequantizeLinear"}
         return sum(n.op_type == "Add" and bool(dq & set(n.input)) for n in graph.node)
 
-    assert adds_reading_a_dq(tmp_path / "auto.onnx") == 0 < adds_reading_a_dq(tmp_path / "trt-fusion.onnx")
-    assert 1 - auto.accuracy["cosine_centered"] < (1 - skips.accuracy["cosine_centered"]) / 10
+    fp8, adds = results["auto"], results["modelopt"]
+    assert fp8.preset == "trt-fusion" and fp8.findings == []
+    assert adds_reading_a_dq(tmp_path / "fp8-auto.onnx") == 0 < adds_reading_a_dq(tmp_path / "int8.onnx")
+    assert adds_reading_a_dq(tmp_path / "fp8-modelopt.onnx") > 0
+    assert 1 - fp8.accuracy["cosine_centered"] < (1 - adds.accuracy["cosine_centered"]) / 10
 
 
 def test_a_preset_for_another_family_names_the_one_that_fits(vit, tmp_path):

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 PresetName = choices("PresetName", PRESET_NAMES)
 PresetOption = Annotated[Optional[PresetName], typer.Option(
     help="Q/DQ placement of the precisions that place Q/DQ (" + ", ".join(p.name for p in registry.optional() if p.placed)
-         + ") [default: from the profile; auto: the preset of the model's family, trt-fusion, decoder or cnn; gemm-only for an FP8 encoder].")]
+         + ") [default: from the profile; auto: the preset of the model's family, trt-fusion, decoder or cnn].")]
 
 
 REPAIR_HELP = (f"When the {'/'.join(p.label for p in registry.optional() if p.repairable)} accuracy gate fails, find the fewest nodes to keep "
