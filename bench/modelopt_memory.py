@@ -138,11 +138,13 @@ def decoder_rows() -> dict:
     """The Qwen2 decoders' direct steps, as bench/sizes.py recorded them at each size that ran one (FP32 weights:
     parameters x 4 bytes); a step the ladder did not run at a size (ModelOpt's INT8 and INT4 past this machine's
     memory) is left out of that size's row."""
+    from quant import modelopt_step
+
     rows = {}
     for size, record in json.loads(SIZES.read_text())["sizes"].items():
         model_mb = record["parameters"] * 4 / 2**20
         method = record["stages"].get("int4", {}).get("int4_method", "awq_clip")  # the ladder's INT4 step: its size's method
-        peaks = {"int4_rtn_dq" if step == "int4" and method == "rtn_dq" else step: record["stages"][step]["direct"]["peak_rss_mb"] * 1e6 / 2**20
+        peaks = {modelopt_step(step, method) if step == "int4" else step: record["stages"][step]["direct"]["peak_rss_mb"] * 1e6 / 2**20
                  for step in ("fp16", "int8", "int4") if "peak_rss_mb" in record["stages"].get(step, {}).get("direct", {})}  # that file's MB, here MiB
         if size != "tiny" and peaks:  # tiny: a few MB of weights, ModelOpt's own footprint is all of its peak
             rows[f"qwen2-{size}"] = {"kind": "decoder", "source": f"bench/results/sizes.json ({size}, direct)", "model_mb": round(model_mb, 1),
